@@ -1,0 +1,91 @@
+"""DDPG (Lillicrap et al. 2016), in the form the TD3 paper compares against ("OurDDPG" in
+sfujim/TD3): one critic, actor and targets updated on every step, Gaussian exploration noise.
+
+The original paper's per-layer L2 weight decay on the critic is `critic_l2` (Keras regularizers,
+added to the critic loss); its other settings (400-300 nets, lr 1e-4 / 1e-3, tau 1e-3) are
+config values.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from agents import losses
+from agents.base import DeterministicActorAgent
+from buffers.types import Batch
+
+
+class DDPG(DeterministicActorAgent):
+    def __init__(
+        self,
+        obs_dim: int,
+        action_low: np.ndarray,
+        action_high: np.ndarray,
+        network: Callable[..., keras.Model],
+        rng: np.random.Generator,
+        actor_lr: float = 3e-4,
+        critic_lr: float = 3e-4,
+        tau: float = 0.005,
+        critic_l2: float = 0.0,
+        exploration_noise: float = 0.1,
+        compile: str = "graph",
+    ):
+        super().__init__(
+            obs_dim, action_low, action_high, network, rng, actor_lr, exploration_noise, compile
+        )
+        self.tau = float(tau)
+        critic_in = self.obs_dim + self.action_dim
+        self.critic = network(critic_in, 1, l2=critic_l2, name="critic")
+        self.critic_target = network(critic_in, 1, l2=critic_l2, name="critic_target")
+        self.critic_target.set_weights(self.critic.get_weights())
+        self.critic_optimizer = keras.optimizers.Adam(learning_rate=critic_lr)
+        self.critic_optimizer.build(self.critic.trainable_variables)
+        self._online_vars = self.actor.weights + self.critic.weights
+        self._target_vars = self.actor_target.weights + self.critic_target.weights
+        self._compile_update()
+
+    def _q(self, critic: keras.Model, obs: tf.Tensor, action: tf.Tensor) -> tf.Tensor:
+        return tf.squeeze(critic(tf.concat([obs, action], axis=-1), training=True), axis=-1)
+
+    def _update(self, batch: Batch) -> dict[str, tf.Tensor]:
+        self.updates.assign_add(1)
+        next_q = self._q(self.critic_target, batch.next_obs, self._target_policy(batch.next_obs))
+        target = losses.td_target(batch.reward, batch.discount, next_q)
+        critic_vars = self.critic.trainable_variables
+        with tf.GradientTape() as tape:
+            q = self._q(self.critic, batch.obs, batch.action)
+            critic_loss = losses.mse(q, target)
+            penalty = tf.add_n(self.critic.losses) if self.critic.losses else tf.constant(0.0)
+            total = critic_loss + penalty
+        grads = tape.gradient(total, critic_vars)
+        self.critic_optimizer.apply_gradients(zip(grads, critic_vars))
+
+        actor_vars = self.actor.trainable_variables
+        with tf.GradientTape() as tape:
+            actor_loss = losses.deterministic_actor_loss(
+                self._q(self.critic, batch.obs, self._policy(batch.obs))
+            )
+        grads = tape.gradient(actor_loss, actor_vars)
+        self.actor_optimizer.apply_gradients(zip(grads, actor_vars))
+        losses.soft_update(self._target_vars, self._online_vars, self.tau)
+        return {
+            "critic_loss": critic_loss,
+            "actor_loss": actor_loss,
+            "q1": tf.reduce_mean(q),
+            "target_q": tf.reduce_mean(target),
+        }
+
+    def trackables(self) -> dict:
+        return {
+            "actor": self.actor,
+            "actor_target": self.actor_target,
+            "critic": self.critic,
+            "critic_target": self.critic_target,
+            "actor_optimizer": self.actor_optimizer,
+            "critic_optimizer": self.critic_optimizer,
+            "updates": self.updates,
+            "tf_rng": self._tf_rng,
+        }

@@ -1,0 +1,1 @@
+"""Replay buffers: numpy only, no TensorFlow."""

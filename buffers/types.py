@@ -1,0 +1,29 @@
+"""The batch that crosses from the numpy side into the compiled update."""
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol
+
+import numpy as np
+
+
+class Batch(NamedTuple):
+    """A sampled minibatch. A NamedTuple, so `tf.function` traces it as a nested structure.
+
+    `discount` already folds in termination and the horizon of the return:
+    `gamma**n * (1 - terminated)`. Truncation (a time limit) is not termination, so a truncated
+    transition keeps its full discount and the target still bootstraps from `next_obs`.
+    """
+
+    obs: np.ndarray  # (B, obs_dim) float32
+    action: np.ndarray  # (B, action_dim) float32, or (B,) int32 for discrete actions
+    reward: np.ndarray  # (B,) float32
+    next_obs: np.ndarray  # (B, obs_dim) float32
+    discount: np.ndarray  # (B,) float32
+
+
+class Buffer(Protocol):
+    def add(self, obs, action, reward, next_obs, terminated, truncated) -> None: ...
+    def sample(self, batch_size: int) -> Batch: ...
+    def __len__(self) -> int: ...
+    def state_dict(self) -> dict[str, np.ndarray]: ...
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None: ...

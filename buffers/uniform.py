@@ -1,0 +1,108 @@
+"""A preallocated numpy ring buffer with uniform sampling.
+
+Every field of a transition lives in one row of a single float32 matrix, so a sample is one
+`np.take` of contiguous rows (the fastest layout measured on this machine class), and the
+fields are column slices of that block.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from buffers.types import Batch
+
+
+class UniformReplay:
+    def __init__(
+        self,
+        capacity: int,
+        obs_dim: int,
+        action_dim: int,
+        gamma: float,
+        rng: np.random.Generator,
+        discrete_actions: bool = False,
+    ):
+        if capacity < 1:
+            raise ValueError(f"buffer.capacity must be at least 1, got {capacity}")
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must lie in [0, 1], got {gamma}")
+        self.capacity = int(capacity)
+        self.obs_dim = int(obs_dim)
+        self.action_dim = int(action_dim)
+        self.gamma = float(gamma)
+        self.discrete_actions = discrete_actions
+        self._rng = rng
+        # Column layout of one row: obs | action | reward | next_obs | terminated | truncated
+        o, a = self.obs_dim, self.action_dim
+        self._cols = {
+            "obs": slice(0, o),
+            "action": slice(o, o + a),
+            "reward": o + a,
+            "next_obs": slice(o + a + 1, 2 * o + a + 1),
+            "terminated": 2 * o + a + 1,
+            "truncated": 2 * o + a + 2,
+        }
+        self._data = np.zeros((self.capacity, 2 * o + a + 3), dtype=np.float32)
+        self._cursor = 0
+        self._full = False
+
+    def __len__(self) -> int:
+        return self.capacity if self._full else self._cursor
+
+    def add(self, obs, action, reward, next_obs, terminated, truncated) -> None:
+        """Add a batch of transitions, one row per environment (leading axis = num_envs)."""
+        obs = np.asarray(obs, dtype=np.float32).reshape(-1, self.obs_dim)
+        n = obs.shape[0]
+        idx = (self._cursor + np.arange(n)) % self.capacity
+        c, d = self._cols, self._data
+        d[idx, c["obs"]] = obs
+        d[idx, c["action"]] = np.asarray(action, dtype=np.float32).reshape(n, self.action_dim)
+        d[idx, c["reward"]] = np.asarray(reward, dtype=np.float32).reshape(n)
+        d[idx, c["next_obs"]] = np.asarray(next_obs, dtype=np.float32).reshape(n, self.obs_dim)
+        d[idx, c["terminated"]] = np.asarray(terminated, dtype=np.float32).reshape(n)
+        d[idx, c["truncated"]] = np.asarray(truncated, dtype=np.float32).reshape(n)
+        self._full = self._full or self._cursor + n >= self.capacity
+        self._cursor = int((self._cursor + n) % self.capacity)
+
+    def sample(self, batch_size: int) -> Batch:
+        if len(self) == 0:
+            raise ValueError("cannot sample from an empty replay buffer")
+        idx = self._rng.integers(0, len(self), size=batch_size)
+        return self._batch(np.take(self._data, idx, axis=0))
+
+    def _batch(self, rows: np.ndarray) -> Batch:
+        c = self._cols
+        action = rows[:, c["action"]]
+        action = (
+            action[:, 0].astype(np.int32) if self.discrete_actions else np.ascontiguousarray(action)
+        )
+        return Batch(
+            obs=np.ascontiguousarray(rows[:, c["obs"]]),
+            action=action,
+            reward=np.ascontiguousarray(rows[:, c["reward"]]),
+            next_obs=np.ascontiguousarray(rows[:, c["next_obs"]]),
+            discount=(self.gamma * (1.0 - rows[:, c["terminated"]])).astype(np.float32),
+        )
+
+    def field(self, name: str) -> np.ndarray:
+        """The stored column(s) of one field over the filled rows, in storage order (for tests and tools)."""
+        return self._data[: len(self), self._cols[name]]
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {
+            "data": self._data[: len(self)].copy(),
+            "cursor": np.asarray(self._cursor, dtype=np.int64),
+            "full": np.asarray(self._full),
+            "capacity": np.asarray(self.capacity, dtype=np.int64),
+        }
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        if int(state["capacity"]) != self.capacity or state["data"].shape[1] != self._data.shape[1]:
+            raise ValueError(
+                f"replay buffer state has capacity {int(state['capacity'])} and row width "
+                f"{state['data'].shape[1]}, but this buffer has capacity {self.capacity} and row "
+                f"width {self._data.shape[1]}; build the buffer with the saved run's config"
+            )
+        n = state["data"].shape[0]
+        self._data[:n] = state["data"]
+        self._cursor = int(state["cursor"])
+        self._full = bool(state["full"])

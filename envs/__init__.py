@@ -1,0 +1,1 @@
+"""Environment construction: gymnasium envs, seeded, with episode statistics."""

@@ -1,0 +1,93 @@
+"""Build seeded gymnasium environments, single and vectorized, and check they fit the agent."""
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+
+class EnvConfigError(ValueError):
+    """An environment request that cannot be met; the message names the fix."""
+
+
+def _check_known(env_id: str) -> None:
+    if env_id in gym.registry:
+        return
+    close = difflib.get_close_matches(env_id, list(gym.registry.keys()), n=3, cutoff=0.6)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    raise EnvConfigError(
+        f"gymnasium does not know the environment id '{env_id}'.{hint} Pick a config from conf/env/ "
+        f"(env=pendulum, env=hopper, ...) or pass a registered id with env.id=<Id>; "
+        f"`python -c \"import gymnasium; print(list(gymnasium.registry))\"` lists them."
+    )
+
+
+def check_action_space(space: gym.Space, action_kind: str, env_id: str, agent_name: str) -> None:
+    """Raise a clear error when an agent cannot act in this action space."""
+    if action_kind == "continuous":
+        ok = isinstance(space, gym.spaces.Box) and len(space.shape) == 1
+        if ok and not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
+            raise EnvConfigError(
+                f"{agent_name} needs a bounded continuous action space, but {env_id} has "
+                f"unbounded actions {space}; wrap the env to give its actions finite bounds."
+            )
+        need = "a continuous (Box) action space"
+    elif action_kind == "discrete":
+        ok = isinstance(space, gym.spaces.Discrete)
+        need = "a discrete action space"
+    else:
+        raise ValueError(f"unknown action kind {action_kind!r}")
+    if not ok:
+        raise EnvConfigError(
+            f"{agent_name} needs {need}, but {env_id} has action space {space}. "
+            f"Pick an agent for this kind of action (TD3/DDPG for continuous, DQN for discrete) "
+            f"or an env that fits the agent."
+        )
+
+
+def _make(env_id: str, max_episode_steps: int | None, kwargs: dict[str, Any]) -> gym.Env:
+    _check_known(env_id)
+    return gym.make(env_id, max_episode_steps=max_episode_steps, **dict(kwargs or {}))
+
+
+def make_env(
+    env_id: str,
+    seed: int,
+    max_episode_steps: int | None = None,
+    kwargs: dict[str, Any] | None = None,
+    render_mode: str | None = None,
+) -> gym.Env:
+    """One environment with episode statistics, its action space seeded. Reset it with
+    `env.reset(seed=...)` to seed the dynamics."""
+    kw = dict(kwargs or {})
+    if render_mode is not None:
+        kw["render_mode"] = render_mode
+    env = gym.wrappers.RecordEpisodeStatistics(_make(env_id, max_episode_steps, kw))
+    env.action_space.seed(seed)
+    return env
+
+
+def make_vector_env(
+    env_id: str,
+    num_envs: int,
+    seed: int,
+    max_episode_steps: int | None = None,
+    kwargs: dict[str, Any] | None = None,
+    vectorization: str = "sync",
+) -> gym.vector.VectorEnv:
+    """`num_envs` copies in gymnasium's vector API with same-step autoreset: when an episode ends,
+    the step returns the first observation of the next one and the last observation of the old one
+    is in `info["final_obs"]`, so every step yields a valid transition."""
+    if num_envs < 1:
+        raise EnvConfigError(f"num_envs must be at least 1, got {num_envs}")
+    if vectorization not in ("sync", "async"):
+        raise EnvConfigError(f"env.vectorization must be 'sync' or 'async', got {vectorization!r}")
+    _check_known(env_id)
+    fns = [lambda: _make(env_id, max_episode_steps, kwargs or {}) for _ in range(num_envs)]
+    mode = gym.vector.AutoresetMode.SAME_STEP
+    cls = gym.vector.SyncVectorEnv if vectorization == "sync" else gym.vector.AsyncVectorEnv
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(cls(fns, autoreset_mode=mode))
+    envs.action_space.seed(seed)
+    return envs

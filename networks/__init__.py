@@ -1,0 +1,1 @@
+"""Keras model builders. They know nothing about RL."""

@@ -1,0 +1,26 @@
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import pytest  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+
+CONF_DIR = os.path.join(ROOT, "conf")
+
+
+@pytest.fixture
+def make_cfg():
+    """Compose the run config from conf/ with the given overrides, as train.py would."""
+
+    def _make(*overrides: str):
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            return compose(config_name="config", overrides=list(overrides))
+
+    return _make

@@ -1,0 +1,158 @@
+"""The maths of the updates against values computed by hand."""
+import functools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from agents import losses
+from agents.ddpg import DDPG
+from agents.td3 import TD3
+from buffers.types import Batch
+from networks.mlp import mlp
+
+
+def test_td_target_bootstraps_unless_terminated():
+    reward = tf.constant([1.0, 2.0, -1.0])
+    discount = tf.constant([0.99, 0.0, 0.99])  # middle transition terminated
+    next_value = tf.constant([10.0, 10.0, -5.0])
+    np.testing.assert_allclose(losses.td_target(reward, discount, next_value), [10.9, 2.0, -5.95], rtol=1e-6)
+
+
+def test_clipped_double_q_takes_the_minimum():
+    np.testing.assert_allclose(losses.clipped_double_q(tf.constant([1.0, 5.0]), tf.constant([2.0, -3.0])), [1.0, -3.0])
+
+
+def test_smoothed_target_action_clips_noise_then_action():
+    half = tf.constant([2.0])  # action box [-2, 2]
+    low, high = tf.constant([-2.0]), tf.constant([2.0])
+    action = tf.constant([[0.5], [1.9], [-1.0]])
+    noise = tf.constant([[3.0], [0.3], [-0.4]])  # clip c=0.5 scaled by half-range -> +-1.0
+    out = losses.smoothed_target_action(action, noise, 0.5, half, low, high)
+    np.testing.assert_allclose(out, [[1.5], [2.0], [-1.4]], rtol=1e-6)
+
+
+def test_scale_action_maps_tanh_range_onto_box():
+    low, high = tf.constant([-2.0, 0.0]), tf.constant([2.0, 1.0])
+    out = losses.scale_action(tf.constant([[-1.0, -1.0], [0.0, 0.0], [1.0, 1.0]]), low, high)
+    np.testing.assert_allclose(out, [[-2.0, 0.0], [0.0, 0.5], [2.0, 1.0]])
+
+
+def test_soft_update_moves_target_by_tau():
+    target, online = tf.Variable([0.0, 10.0]), tf.Variable([1.0, 0.0])
+    losses.soft_update([target], [online], 0.1)
+    np.testing.assert_allclose(target.numpy(), [0.1, 9.0], rtol=1e-6)
+
+
+def test_losses_by_hand():
+    q1, q2, y = tf.constant([1.0, 2.0]), tf.constant([0.0, 4.0]), tf.constant([1.0, 1.0])
+    assert float(losses.td3_critic_loss(q1, q2, y)) == pytest.approx((0 + 1) / 2 + (1 + 9) / 2)
+    assert float(losses.deterministic_actor_loss(tf.constant([1.0, 3.0]))) == pytest.approx(-2.0)
+
+
+# --- whole updates on tiny constant-initialised networks ---------------------------------------
+
+W = 0.1  # every kernel entry; every bias is zero
+
+
+def tiny_net(input_dim, output_dim, output_activation=None, l2=0.0, name="mlp"):
+    model = mlp(input_dim, output_dim, hidden=[2], activation="relu", output_activation=output_activation, l2=l2, name=name)
+    model.set_weights([np.full_like(w, W) if w.ndim == 2 else np.zeros_like(w) for w in model.get_weights()])
+    return model
+
+
+def q_by_hand(obs, action):
+    """Critic [s, a] -> 2 relu units -> 1, all kernels W, biases 0."""
+    h = np.maximum(W * (obs.sum(-1) + action.sum(-1)), 0.0)
+    return 2 * W * h
+
+
+def actor_by_hand(obs, low=-2.0, high=2.0):
+    h = np.maximum(W * obs.sum(-1), 0.0)
+    return low + (np.tanh(2 * W * h) + 1) * 0.5 * (high - low)
+
+
+BATCH = Batch(
+    obs=np.array([[1.0], [2.0]], np.float32),
+    action=np.array([[0.5], [-1.0]], np.float32),
+    reward=np.array([1.0, -0.5], np.float32),
+    next_obs=np.array([[3.0], [0.5]], np.float32),
+    discount=np.array([0.99, 0.0], np.float32),
+)
+
+
+def expected_critic_mse():
+    next_a = actor_by_hand(BATCH.next_obs)
+    y = BATCH.reward + BATCH.discount * q_by_hand(BATCH.next_obs, next_a[:, None])
+    q = q_by_hand(BATCH.obs, BATCH.action)
+    return np.mean((q - y) ** 2), y
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_td3_first_update_by_hand_and_policy_delay(mode):
+    agent = TD3(1, np.array([-2.0]), np.array([2.0]), tiny_net, np.random.default_rng(0),
+                target_noise=0.0, compile=mode)
+    mse, y = expected_critic_mse()
+    actor_before = [w.copy() for w in agent.actor.get_weights()]
+    targets_before = [w.copy() for w in agent.critic1_target.get_weights() + agent.actor_target.get_weights()]
+
+    m = agent.update(BATCH)  # update 1: critics only
+    assert float(m["target_q"]) == pytest.approx(float(np.mean(y)), rel=1e-5)
+    assert float(m["critic_loss"]) == pytest.approx(2 * mse, rel=1e-5)  # both critics start equal
+    for a, b in zip(actor_before, agent.actor.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(targets_before, agent.critic1_target.get_weights() + agent.actor_target.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+    agent.update(BATCH)  # update 2: the delayed step moves the actor and every target
+    assert int(agent.updates.numpy()) == 2
+    assert any(not np.array_equal(a, b) for a, b in zip(actor_before, agent.actor.get_weights()))
+    moved = agent.critic1_target.get_weights() + agent.actor_target.get_weights()
+    assert any(not np.array_equal(a, b) for a, b in zip(targets_before, moved))
+
+
+def test_td3_target_noise_is_clipped_and_scaled():
+    """With huge smoothing noise the target action is clipped to +-noise_clip*half_range around the
+    target actor's action; the critic target must stay within what that range allows."""
+    agent = TD3(1, np.array([-2.0]), np.array([2.0]), tiny_net, np.random.default_rng(0),
+                target_noise=100.0, noise_clip=0.5, compile="graph")
+    m = agent.update(BATCH)
+    a = actor_by_hand(BATCH.next_obs)
+    lo = np.clip(a - 1.0, -2, 2)[:, None]
+    hi = np.clip(a + 1.0, -2, 2)[:, None]
+    q_lo, q_hi = q_by_hand(BATCH.next_obs, lo), q_by_hand(BATCH.next_obs, hi)
+    y_lo = BATCH.reward + BATCH.discount * np.minimum(q_lo, q_hi)
+    y_hi = BATCH.reward + BATCH.discount * np.maximum(q_lo, q_hi)
+    assert np.mean(y_lo) - 1e-6 <= float(m["target_q"]) <= np.mean(y_hi) + 1e-6
+
+
+@pytest.mark.parametrize("l2", [0.0, 0.01])
+def test_ddpg_first_update_by_hand(l2):
+    agent = DDPG(1, np.array([-2.0]), np.array([2.0]), tiny_net, np.random.default_rng(0), critic_l2=l2)
+    mse, y = expected_critic_mse()
+    m = agent.update(BATCH)
+    assert float(m["critic_loss"]) == pytest.approx(mse, rel=1e-5)  # reported loss excludes the penalty
+    assert float(m["target_q"]) == pytest.approx(float(np.mean(y)), rel=1e-5)
+    kernels = [w for w in agent.critic.get_weights() if w.ndim == 2]
+    penalty = sum(float(x) for x in agent.critic.losses)
+    assert penalty == pytest.approx(l2 * sum(float(np.sum(k**2)) for k in kernels), rel=1e-5)
+    # the actor's loss is -mean Q(s, pi(s)) with the critic *after* its step; it must be finite
+    assert np.isfinite(float(m["actor_loss"]))
+
+
+def test_ddpg_weight_decay_changes_the_critic_step():
+    plain = DDPG(1, np.array([-2.0]), np.array([2.0]), tiny_net, np.random.default_rng(0), critic_l2=0.0)
+    decayed = DDPG(1, np.array([-2.0]), np.array([2.0]), tiny_net, np.random.default_rng(0), critic_l2=1.0)
+    plain.update(BATCH)
+    decayed.update(BATCH)
+    k_plain, k_decayed = plain.critic.get_weights()[0], decayed.critic.get_weights()[0]
+    assert not np.allclose(k_plain, k_decayed)
+
+
+def test_ddpg_moves_actor_and_targets_every_update():
+    agent = DDPG(1, np.array([-2.0]), np.array([2.0]), tiny_net, np.random.default_rng(0), tau=0.5)
+    before = agent.actor_target.get_weights()[0].copy()
+    agent.update(BATCH)
+    after = agent.actor_target.get_weights()[0]
+    online = agent.actor.get_weights()[0]
+    np.testing.assert_allclose(after, 0.5 * online + 0.5 * before, rtol=1e-6)

@@ -1,0 +1,77 @@
+"""Build a run's parts from its composed config: envs, agent, buffer, loggers.
+
+Values that come from the environment (observation size, action bounds) are passed to the
+constructors as keyword arguments at the call site; they are never written into the config.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+from hydra.utils import get_class, instantiate
+from omegaconf import DictConfig
+
+from agents.base import Agent
+from buffers.types import Buffer
+from envs.factory import check_action_space, make_env, make_vector_env
+from training.config import ConfigError, validate
+from training.seeding import configure_devices, seed_everything
+
+
+@dataclass
+class Run:
+    agent: Agent
+    buffer: Buffer
+    envs: gym.vector.VectorEnv
+    eval_env: gym.Env
+    rng: np.random.Generator
+
+    def close(self) -> None:
+        self.envs.close()
+        self.eval_env.close()
+
+
+def agent_class(cfg: DictConfig) -> type:
+    try:
+        return get_class(cfg.agent._target_)
+    except Exception as err:  # hydra wraps import errors; name the key that is wrong
+        raise ConfigError(f"agent._target_={cfg.agent._target_!r} cannot be imported: {err}") from err
+
+
+def build_agent(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, rng: np.random.Generator) -> Agent:
+    if len(obs_space.shape) != 1:
+        raise ConfigError(
+            f"{cfg.env.id} has observations of shape {obs_space.shape}; the MLP networks need flat "
+            f"vectors. Flatten them with a wrapper or pick an env with vector observations."
+        )
+    kwargs: dict = {"obs_dim": int(obs_space.shape[0]), "network": instantiate(cfg.network), "rng": rng}
+    if isinstance(action_space, gym.spaces.Box):
+        kwargs.update(action_low=action_space.low, action_high=action_space.high)
+    else:
+        kwargs.update(num_actions=int(action_space.n))
+    return instantiate(cfg.agent, **kwargs)
+
+
+def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
+    validate(cfg)
+    configure_devices()
+    rng = seed_everything(int(cfg.seed))
+    cls = agent_class(cfg)
+    env_args = dict(max_episode_steps=cfg.env.max_episode_steps, kwargs=cfg.env.kwargs)
+    eval_env = make_env(cfg.env.id, seed=int(cfg.seed) + 100, **env_args)
+    check_action_space(eval_env.action_space, cls.ACTION_KIND, cfg.env.id, cls.__name__)
+    envs = make_vector_env(
+        cfg.env.id, int(cfg.num_envs), seed=int(cfg.seed), vectorization=cfg.vectorization, **env_args
+    )
+    obs_space, action_space = envs.single_observation_space, envs.single_action_space
+    agent = build_agent(cfg, obs_space, action_space, rng)
+    discrete = isinstance(action_space, gym.spaces.Discrete)
+    buffer = instantiate(
+        cfg.buffer,
+        obs_dim=int(obs_space.shape[0]),
+        action_dim=1 if discrete else int(action_space.shape[0]),
+        discrete_actions=discrete,
+        rng=rng,
+    ) if with_buffer else None
+    return Run(agent=agent, buffer=buffer, envs=envs, eval_env=eval_env, rng=rng)

@@ -1,0 +1,47 @@
+"""Checks on a composed run config, each failing with a message that names the fix."""
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+
+class ConfigError(ValueError):
+    """A run config that cannot work; the message says what to change."""
+
+
+def _positive_int(cfg: DictConfig, key: str) -> int:
+    value = cfg[key]
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(f"{key} must be a positive integer, got {value!r}; set e.g. {key}=1000.")
+    return value
+
+
+def validate(cfg: DictConfig) -> None:
+    """Raise ConfigError for settings that would fail later or silently do the wrong thing."""
+    total = _positive_int(cfg, "total_steps")
+    batch = _positive_int(cfg, "batch_size")
+    _positive_int(cfg, "eval_every")
+    _positive_int(cfg, "eval_episodes")
+    _positive_int(cfg, "num_envs")
+    _positive_int(cfg, "log_every")
+    starts = cfg.learning_starts
+    if not isinstance(starts, int) or starts < 0:
+        raise ConfigError(f"learning_starts must be a non-negative integer, got {starts!r}.")
+    if starts >= total:
+        raise ConfigError(
+            f"learning_starts ({starts}) must be smaller than total_steps ({total}), or the agent "
+            f"never learns; lower learning_starts or raise total_steps."
+        )
+    capacity = cfg.buffer.capacity
+    if batch > capacity:
+        raise ConfigError(
+            f"batch_size ({batch}) is larger than the replay buffer's capacity ({capacity}); "
+            f"lower batch_size or raise buffer.capacity."
+        )
+    if float(cfg.updates_per_step) < 0:
+        raise ConfigError(f"updates_per_step must be >= 0, got {cfg.updates_per_step}.")
+    if not 0.0 <= float(cfg.gamma) <= 1.0:
+        raise ConfigError(f"gamma must lie in [0, 1], got {cfg.gamma}.")
+    if cfg.compile not in ("eager", "graph", "xla"):
+        raise ConfigError(f"compile must be eager, graph or xla, got {cfg.compile!r}.")

@@ -1,0 +1,31 @@
+"""One seed reaches everything: Python's `random`, numpy, TensorFlow/Keras and the envs."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+
+def seed_everything(seed: int) -> np.random.Generator:
+    """Seed the global generators and return the run's numpy Generator, which is passed on to
+    whatever needs randomness (buffer sampling, exploration noise) instead of a global state."""
+    import keras
+
+    random.seed(seed)
+    np.random.seed(seed)
+    keras.utils.set_random_seed(seed)  # seeds Python, numpy and TensorFlow's global seed
+    return np.random.default_rng(seed)
+
+
+def configure_devices() -> list[str]:
+    """Let each process grow GPU memory as it needs it (so several jobs can share a GPU), before
+    TensorFlow touches a device. Returns the names of the GPUs found."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    for gpu in gpus:
+        try:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        except RuntimeError:  # already initialized: memory growth can no longer be changed
+            pass
+    return [g.name for g in gpus]
