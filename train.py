@@ -21,7 +21,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from envs.factory import EnvConfigError
-from training.config import ConfigError
+from training.config import ConfigError, validate
 
 
 def run(cfg: DictConfig, run_dir: str) -> dict:
@@ -66,6 +66,7 @@ def main(cfg: DictConfig) -> float:
     run_dir = HydraConfig.get().runtime.output_dir
     try:
         OmegaConf.resolve(cfg)
+        validate(cfg)  # before TensorFlow loads, so a typo fails in a second
         summary = run(cfg, run_dir)
     except (ConfigError, EnvConfigError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -13,20 +13,34 @@ class Logger(Protocol):
 
 
 class CSVLogger:
-    """One CSV per kind of record (`train.csv`, `eval.csv`, `update.csv`) in the run directory."""
+    """One CSV per kind of record (`train.csv`, `eval.csv`, `update.csv`) in the run directory.
+    A record with a column the file lacks widens the file (rare: e.g. losses appear once
+    updates begin), so every row keeps its values under the right header."""
 
     def __init__(self, run_dir: str):
         self.run_dir = run_dir
         self._files: dict[str, tuple] = {}
 
+    def _open(self, kind: str, fields: list[str]):
+        path = os.path.join(self.run_dir, f"{kind}.csv")
+        rows: list[dict] = []
+        if os.path.exists(path) and os.path.getsize(path) > 0:
+            with open(path, newline="") as f:
+                reader = csv.DictReader(f)
+                rows = list(reader)
+                fields = list(reader.fieldnames or []) + [k for k in fields if k not in (reader.fieldnames or [])]
+        f = open(path, "w", newline="")
+        writer = csv.DictWriter(f, fieldnames=fields, restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+        self._files[kind] = (f, writer)
+
     def log(self, kind: str, step: int, metrics: dict[str, float]) -> None:
-        if kind not in self._files:
-            path = os.path.join(self.run_dir, f"{kind}.csv")
-            f = open(path, "a", newline="")
-            writer = csv.DictWriter(f, fieldnames=["step", *metrics])
-            if f.tell() == 0:
-                writer.writeheader()
-            self._files[kind] = (f, writer)
+        fields = ["step", *metrics]
+        if kind not in self._files or not set(fields) <= set(self._files[kind][1].fieldnames):
+            if kind in self._files:
+                self._files[kind][0].close()
+            self._open(kind, fields)
         f, writer = self._files[kind]
         writer.writerow({"step": step, **metrics})
         f.flush()

@@ -98,10 +98,8 @@ def train(
             run_eval()
             next_eval += s.eval_every
 
-        if step < s.learning_starts:
-            action = envs.action_space.sample()
-        else:
-            action = agent.act(obs, explore=True)
+        learning = step >= s.learning_starts  # as sfujim/TD3: t >= start_timesteps
+        action = agent.act(obs, explore=True) if learning else envs.action_space.sample()
         next_obs, reward, terminated, truncated, infos = envs.step(action)
         done = terminated | truncated
         buffer.add(obs, action, reward, _transition_next_obs(next_obs, infos, done), terminated, truncated)
@@ -117,7 +115,7 @@ def train(
                     {"episode_return": float(infos["episode"]["r"][i]), "episode_length": int(infos["episode"]["l"][i])},
                 )
 
-        if step >= s.learning_starts:
+        if learning:
             updates_due += num_envs * s.updates_per_step
             while updates_due >= 1.0:
                 metrics = agent.update(buffer.sample(s.batch_size))

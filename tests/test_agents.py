@@ -1,0 +1,92 @@
+"""Contract tests run over every continuous-action agent."""
+import functools
+
+import numpy as np
+import pytest
+
+from agents.ddpg import DDPG
+from agents.td3 import TD3
+from buffers.types import Batch
+from networks.mlp import mlp
+
+AGENTS = [TD3, DDPG]
+OBS, ACT = 5, 2
+LOW, HIGH = np.array([-1.0, 0.0]), np.array([1.0, 3.0])
+net = functools.partial(mlp, hidden=[16, 16])
+
+
+def batch(rng, n=32):
+    return Batch(
+        obs=rng.normal(size=(n, OBS)).astype(np.float32),
+        action=rng.uniform(LOW, HIGH, size=(n, ACT)).astype(np.float32),
+        reward=rng.normal(size=n).astype(np.float32),
+        next_obs=rng.normal(size=(n, OBS)).astype(np.float32),
+        discount=(0.99 * (rng.random(n) > 0.1)).astype(np.float32),
+    )
+
+
+def make(cls, compile="graph", seed=0, **kwargs):
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    return cls(OBS, LOW, HIGH, net, np.random.default_rng(seed), compile=compile, **kwargs)
+
+
+@pytest.mark.parametrize("cls", AGENTS)
+def test_update_is_traced_once_per_run(cls):
+    agent = make(cls)
+    rng = np.random.default_rng(1)
+    for n in (32, 32, 64, 17):  # new values and new batch sizes must not retrace
+        metrics = agent.update(batch(rng, n))
+    assert agent.update_trace_count == 1
+    assert int(agent.updates.numpy()) == 4
+    assert all(np.isfinite(float(v)) for v in metrics.values())
+
+
+@pytest.mark.parametrize("cls", AGENTS)
+def test_act_is_batched_bounded_and_noise_only_when_exploring(cls):
+    agent = make(cls)
+    obs = np.random.default_rng(2).normal(size=(7, OBS)).astype(np.float32)
+    greedy = agent.act(obs, explore=False)
+    assert greedy.shape == (7, ACT) and greedy.dtype == np.float32
+    np.testing.assert_array_equal(greedy, agent.act(obs, explore=False))
+    noisy = agent.act(obs, explore=True)
+    assert np.all(noisy >= LOW) and np.all(noisy <= HIGH)
+    assert not np.allclose(noisy, greedy)
+
+
+@pytest.mark.parametrize("cls", AGENTS)
+@pytest.mark.parametrize("mode", ["eager", "xla"])
+def test_compile_modes_compute_the_same_updates(cls, mode):
+    """eager, graph and XLA are one algorithm: same seed, same batches, same weights after.
+    XLA lowers tf.random.Generator.normal to a different sampler (same seed, other numbers), so
+    TD3's smoothing noise is switched off when comparing against XLA."""
+    kwargs = {"target_noise": 0.0} if (cls is TD3 and mode == "xla") else {}
+    ref, other = make(cls, "graph", **kwargs), make(cls, mode, **kwargs)
+    for a, b in zip(ref.actor.get_weights(), other.actor.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    rng = np.random.default_rng(3)
+    for _ in range(4):
+        b = batch(rng)
+        m_ref, m_other = ref.update(b), other.update(b)
+    for k in m_ref:
+        assert float(m_other[k]) == pytest.approx(float(m_ref[k]), rel=1e-3, abs=1e-5)
+    for a, b in zip(ref.actor.get_weights(), other.actor.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5)
+    obs = rng.normal(size=(3, OBS)).astype(np.float32)
+    np.testing.assert_allclose(ref.act(obs, False), other.act(obs, False), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("cls", AGENTS)
+def test_trackables_hold_every_stateful_part(cls):
+    agent = make(cls)
+    t = agent.trackables()
+    assert {"actor", "actor_target", "actor_optimizer", "critic_optimizer", "updates", "tf_rng"} <= set(t)
+    assert all(v is not None for v in t.values())
+
+
+def test_bad_agent_arguments_are_named():
+    with pytest.raises(ValueError, match="policy_delay"):
+        TD3(OBS, LOW, HIGH, net, np.random.default_rng(0), policy_delay=0)
+    with pytest.raises(ValueError, match="compile"):
+        TD3(OBS, LOW, HIGH, net, np.random.default_rng(0), compile="turbo")

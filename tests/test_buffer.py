@@ -1,0 +1,102 @@
+import numpy as np
+import pytest
+
+from buffers.uniform import UniformReplay
+from envs.factory import make_vector_env
+from training.loop import _transition_next_obs
+
+
+def filled(capacity=5, n=7, obs_dim=2, action_dim=1, gamma=0.9):
+    buf = UniformReplay(capacity, obs_dim, action_dim, gamma, np.random.default_rng(0))
+    for i in range(n):
+        buf.add(np.full((1, obs_dim), i), np.full((1, action_dim), -i), [i * 10.0], np.full((1, obs_dim), i + 0.5), [i == 3], [i == 4])
+    return buf
+
+
+def test_ring_buffer_wraps_around_and_overwrites_oldest():
+    buf = filled(capacity=5, n=7)
+    assert len(buf) == 5
+    # rows 0 and 1 were overwritten by transitions 5 and 6; cursor points at row 2 (oldest)
+    np.testing.assert_array_equal(buf.field("obs")[:, 0], [5, 6, 2, 3, 4])
+    np.testing.assert_array_equal(buf.field("reward"), [50, 60, 20, 30, 40])
+    assert buf.state_dict()["cursor"] == 2
+
+
+def test_partial_fill_and_vector_add_across_the_end():
+    buf = UniformReplay(4, 1, 1, 0.99, np.random.default_rng(0))
+    assert len(buf) == 0
+    buf.add(np.array([[1.0], [2.0], [3.0]]), np.zeros((3, 1)), np.zeros(3), np.zeros((3, 1)), np.zeros(3), np.zeros(3))
+    assert len(buf) == 3
+    buf.add(np.array([[4.0], [5.0]]), np.zeros((2, 1)), np.zeros(2), np.zeros((2, 1)), np.zeros(2), np.zeros(2))
+    assert len(buf) == 4
+    np.testing.assert_array_equal(buf.field("obs")[:, 0], [5, 2, 3, 4])
+
+
+def test_truncation_keeps_the_discount_termination_zeroes_it():
+    buf = filled(capacity=10, n=7, gamma=0.9)
+    batch = buf._batch(buf._data[:7])  # every stored row, as a sample would return it
+    rows = dict(zip(batch.obs[:, 0].astype(int), batch.discount))
+    assert rows[3] == 0.0  # terminated
+    assert rows[4] == pytest.approx(0.9)  # truncated: still bootstraps
+    assert rows[0] == pytest.approx(0.9)
+    np.testing.assert_array_equal(buf.field("terminated"), [0, 0, 0, 1, 0, 0, 0])
+    np.testing.assert_array_equal(buf.field("truncated"), [0, 0, 0, 0, 1, 0, 0])
+
+
+def test_sample_shapes_types_and_rng_reproducibility():
+    a, b = filled(capacity=50, n=40), filled(capacity=50, n=40)
+    s1, s2 = a.sample(16), b.sample(16)
+    for x, y in zip(s1, s2):
+        np.testing.assert_array_equal(x, y)
+    assert s1.obs.shape == (16, 2) and s1.action.shape == (16, 1) and s1.reward.shape == (16,)
+    assert all(x.dtype == np.float32 and x.flags.c_contiguous for x in s1)
+    # next_obs is the stored next observation of the same transition
+    np.testing.assert_allclose(s1.next_obs, s1.obs + 0.5)
+
+
+def test_discrete_actions_come_back_as_int32():
+    buf = UniformReplay(10, 2, 1, 0.99, np.random.default_rng(0), discrete_actions=True)
+    buf.add(np.zeros((2, 2)), np.array([3, 1]), np.zeros(2), np.zeros((2, 2)), np.zeros(2), np.zeros(2))
+    batch = buf.sample(8)
+    assert batch.action.dtype == np.int32 and batch.action.shape == (8,)
+    assert set(batch.action.tolist()) <= {1, 3}
+
+
+def test_state_dict_round_trip_restores_data_cursor_and_full_flag():
+    buf = filled(capacity=5, n=7)
+    state = buf.state_dict()
+    fresh = UniformReplay(5, 2, 1, 0.9, np.random.default_rng(0))
+    fresh.load_state_dict(state)
+    assert len(fresh) == 5
+    np.testing.assert_array_equal(fresh._data, buf._data)
+    # the next add goes where the saved buffer's would
+    for b in (buf, fresh):
+        b.add(np.full((1, 2), 99), [[0]], [0], np.zeros((1, 2)), [0], [0])
+    np.testing.assert_array_equal(fresh._data, buf._data)
+    with pytest.raises(ValueError, match="capacity"):
+        UniformReplay(6, 2, 1, 0.9, np.random.default_rng(0)).load_state_dict(state)
+
+
+def test_vector_env_truncation_stores_the_final_observation_not_the_reset_one():
+    """With same-step autoreset the step that ends an episode returns the next episode's first
+    observation; the buffer must get the old episode's last one, flagged truncated, not terminated."""
+    envs = make_vector_env("Pendulum-v1", num_envs=2, seed=0, max_episode_steps=5)
+    buf = UniformReplay(100, 3, 1, 0.99, np.random.default_rng(0))
+    obs, _ = envs.reset(seed=0)
+    for t in range(5):
+        action = envs.action_space.sample()
+        next_obs, reward, term, trunc, infos = envs.step(action)
+        real_next = _transition_next_obs(next_obs, infos, term | trunc)
+        buf.add(obs, action, reward, real_next, term, trunc)
+        if t < 4:
+            np.testing.assert_array_equal(real_next, next_obs)
+        obs = next_obs
+    assert trunc.all() and not term.any()
+    last = slice(8, 10)
+    np.testing.assert_array_equal(buf.field("truncated")[last], [1, 1])
+    np.testing.assert_array_equal(buf.field("terminated")[last], [0, 0])
+    np.testing.assert_allclose(buf.field("next_obs")[last], np.stack(infos["final_obs"]))
+    assert not np.allclose(buf.field("next_obs")[last], next_obs)  # not the reset observation
+    # consecutive transitions chain: next_obs of step t is obs of step t+1 within the episode
+    np.testing.assert_allclose(buf.field("next_obs")[0:8], buf.field("obs")[2:10])
+    envs.close()

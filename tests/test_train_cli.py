@@ -1,0 +1,70 @@
+"""train.py as a user runs it: a subprocess smoke run and the bad inputs a user would type."""
+import csv
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def train(tmp_path, *overrides, timeout=600):
+    cmd = [sys.executable, "train.py", f"hydra.run.dir={tmp_path}", "progress=false", *overrides]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def read_csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize("agent", ["td3", "ddpg"])
+def test_smoke_run_just_past_learning_starts(tmp_path, agent):
+    proc = train(
+        tmp_path, f"agent={agent}", "env=pendulum", "total_steps=300", "learning_starts=200",
+        "eval_every=150", "eval_episodes=1", "batch_size=32", "log_every=100",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert "[eval] step=300" in proc.stdout and "done: 300 steps" in proc.stdout
+    evals = read_csv(tmp_path / "eval.csv")
+    assert [int(r["step"]) for r in evals] == [0, 150, 300]
+    assert all(float(r["length_mean"]) == 200 for r in evals)
+    episodes = read_csv(tmp_path / "train.csv")
+    assert [int(r["step"]) for r in episodes] == [200]  # Pendulum's 200-step time limit
+    updates = read_csv(tmp_path / "update.csv")
+    assert [int(r["updates"]) for r in updates] == [0, 0, 100]  # updates begin at learning_starts
+    assert float(updates[-1]["critic_loss"]) >= 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["steps"] == 300 and summary["updates"] == 100
+    assert glob.glob(str(tmp_path / "tb" / "events.out.tfevents.*"))
+    assert (tmp_path / ".hydra" / "config.yaml").exists()
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["env.id=CartPole-v1"], "needs a continuous (Box) action space"),
+        (["learning_starts=5000", "total_steps=5000"], "learning_starts (5000) must be smaller than total_steps"),
+        (["batch_size=2000", "buffer.capacity=1000"], "batch_size (2000) is larger than the replay buffer's capacity"),
+        (["total_steps=0"], "total_steps must be a positive integer"),
+        (["total_steps=-5"], "total_steps must be a positive integer"),
+        (["env.id=Pendulm-v1"], "Did you mean Pendulum-v1"),
+        (["compile=fast"], "compile must be eager, graph or xla"),
+    ],
+)
+def test_bad_input_gets_a_clear_message_and_nonzero_exit(tmp_path, overrides, message):
+    proc = train(tmp_path, *overrides)
+    assert proc.returncode != 0
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_unknown_group_option_names_the_choices(tmp_path):
+    proc = train(tmp_path, "agent=sac")
+    assert proc.returncode != 0
+    assert "Could not find 'agent/sac'" in proc.stderr
+    assert "td3" in proc.stderr and "ddpg" in proc.stderr
