@@ -25,28 +25,17 @@ from training.config import ConfigError, validate
 
 
 def run(cfg: DictConfig, run_dir: str) -> dict:
-    from training.builder import build_run
+    from training.builder import build_run, loop_settings
     from training.loggers import ConsoleLogger, CSVLogger, MultiLogger, TensorBoardLogger
-    from training.loop import LoopSettings, train
+    from training.loop import train
 
     parts = build_run(cfg)
     loggers = [ConsoleLogger(write=_console), CSVLogger(run_dir)]
     if cfg.logger.tensorboard:
         loggers.append(TensorBoardLogger(run_dir))
     logger = MultiLogger(loggers)
-    settings = LoopSettings(
-        total_steps=int(cfg.total_steps),
-        learning_starts=int(cfg.learning_starts),
-        batch_size=int(cfg.batch_size),
-        updates_per_step=float(cfg.updates_per_step),
-        eval_every=int(cfg.eval_every),
-        eval_episodes=int(cfg.eval_episodes),
-        log_every=int(cfg.log_every),
-        seed=int(cfg.seed),
-        progress=bool(cfg.progress),
-    )
     try:
-        summary = train(parts.agent, parts.buffer, parts.envs, parts.eval_env, settings, logger)
+        summary = train(parts.agent, parts.buffer, parts.envs, parts.eval_env, loop_settings(cfg), logger)
     finally:
         logger.close()
         parts.close()
@@ -59,6 +48,7 @@ def _console(line: str) -> None:
     from tqdm.auto import tqdm
 
     tqdm.write(line)
+    sys.stdout.flush()  # visible at once when stdout goes to a file (cluster logs)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")

@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from agents import losses
 from buffers.types import Batch
+from networks.numpy_forward import dense_forward_fn
 
 COMPILE_MODES = ("eager", "graph", "xla")
 
@@ -68,6 +69,7 @@ class DeterministicActorAgent:
         actor_lr: float,
         exploration_noise: float,
         compile: str,
+        fast_act: bool = True,
     ):
         if compile not in COMPILE_MODES:
             raise ValueError(f"compile must be one of {COMPILE_MODES}, got {compile!r}")
@@ -95,6 +97,12 @@ class DeterministicActorAgent:
         self._act_fn = compile_fn(
             self._policy, [tf.TensorSpec([None, self.obs_dim], tf.float32)], compile
         )
+        # Fast path: act in numpy on a copy of the actor's weights that every update hands back
+        # as outputs of its compiled call, so acting never uses stale weights and costs no
+        # TensorFlow call. None when the actor is not a plain dense stack (then act via TF).
+        self._np_forward = dense_forward_fn(self.actor) if fast_act else None
+        self._np_weights: list[np.ndarray] = []
+        self.refresh_policy()
 
     # --- acting -------------------------------------------------------------------------
     def _policy(self, obs: tf.Tensor) -> tf.Tensor:
@@ -103,10 +111,20 @@ class DeterministicActorAgent:
     def _target_policy(self, obs: tf.Tensor) -> tf.Tensor:
         return losses.scale_action(self.actor_target(obs, training=False), self.low, self.high)
 
+    def refresh_policy(self) -> None:
+        """Re-read the actor's weights for the numpy fast path; call after changing them outside
+        `update` (e.g. restoring a checkpoint)."""
+        if self._np_forward is not None:
+            self._np_weights = [np.array(w) for w in self.actor.get_weights()]
+
     def act(self, obs: np.ndarray, explore: bool) -> np.ndarray:
         """Actions for a batch of observations; with `explore`, Gaussian noise of std
         `exploration_noise * half_range`, clipped to the action box."""
-        action = self._act_fn(tf.convert_to_tensor(obs, dtype=tf.float32)).numpy()
+        if self._np_forward is not None:
+            squashed = self._np_forward(self._np_weights, np.asarray(obs, dtype=np.float32))
+            action = self._low_np + (squashed + 1.0) * 0.5 * (self._high_np - self._low_np)
+        else:
+            action = self._act_fn(tf.convert_to_tensor(obs, dtype=tf.float32)).numpy()
         if explore:
             half = (self._high_np - self._low_np) / 2.0
             noise = self._rng.normal(0.0, self.exploration_noise, size=action.shape) * half
@@ -116,7 +134,10 @@ class DeterministicActorAgent:
     # --- updating -----------------------------------------------------------------------
     def update(self, batch: Batch) -> dict[str, tf.Tensor]:
         """One gradient update from a numpy batch; returns metrics as tensors, never logs."""
-        return self._update_fn(Batch(*(tf.convert_to_tensor(x) for x in batch)))
+        metrics, actor_weights = self._update_fn(Batch(*(tf.convert_to_tensor(x) for x in batch)))
+        if self._np_forward is not None:
+            self._np_weights = [w.numpy() for w in actor_weights]
+        return metrics
 
     @property
     def update_trace_count(self) -> int:
@@ -126,7 +147,13 @@ class DeterministicActorAgent:
 
     def _compile_update(self) -> None:
         sig = batch_signature(self.obs_dim, tf.TensorSpec([None, self.action_dim], tf.float32, name="action"))
-        self._update_fn = compile_fn(self._update, [sig], self.compile_mode)
+        self._update_fn = compile_fn(self._update_and_read_actor, [sig], self.compile_mode)
+
+    def _update_and_read_actor(self, batch: Batch):
+        metrics = self._update(batch)
+        # Reads ordered after the update's writes by tf.function's automatic control dependencies.
+        actor = [tf.identity(v) for v in self.actor.weights] if self._np_forward is not None else []
+        return metrics, actor
 
     def _update(self, batch: Batch) -> dict[str, tf.Tensor]:
         raise NotImplementedError

@@ -32,9 +32,11 @@ class DDPG(DeterministicActorAgent):
         critic_l2: float = 0.0,
         exploration_noise: float = 0.1,
         compile: str = "graph",
+        fast_act: bool = True,
     ):
         super().__init__(
-            obs_dim, action_low, action_high, network, rng, actor_lr, exploration_noise, compile
+            obs_dim, action_low, action_high, network, rng, actor_lr, exploration_noise, compile,
+            fast_act,
         )
         self.tau = float(tau)
         critic_in = self.obs_dim + self.action_dim

@@ -34,11 +34,13 @@ class TD3(DeterministicActorAgent):
         noise_clip: float = 0.5,
         exploration_noise: float = 0.1,
         compile: str = "graph",
+        fast_act: bool = True,
     ):
         if policy_delay < 1:
             raise ValueError(f"agent.policy_delay must be at least 1, got {policy_delay}")
         super().__init__(
-            obs_dim, action_low, action_high, network, rng, actor_lr, exploration_noise, compile
+            obs_dim, action_low, action_high, network, rng, actor_lr, exploration_noise, compile,
+            fast_act,
         )
         self.tau = float(tau)
         self.policy_delay = int(policy_delay)

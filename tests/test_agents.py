@@ -90,3 +90,19 @@ def test_bad_agent_arguments_are_named():
         TD3(OBS, LOW, HIGH, net, np.random.default_rng(0), policy_delay=0)
     with pytest.raises(ValueError, match="compile"):
         TD3(OBS, LOW, HIGH, net, np.random.default_rng(0), compile="turbo")
+
+
+@pytest.mark.parametrize("cls", AGENTS)
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_numpy_fast_act_matches_tensorflow_and_is_never_stale(cls, mode):
+    fast, plain = make(cls, mode, fast_act=True), make(cls, mode, fast_act=False)
+    assert fast._np_forward is not None and plain._np_forward is None
+    rng = np.random.default_rng(4)
+    obs = rng.normal(size=(9, OBS)).astype(np.float32)
+    np.testing.assert_allclose(fast.act(obs, False), plain.act(obs, False), rtol=1e-5, atol=1e-6)
+    for i in range(3):  # after every update, including TD3's non-delayed ones, both act alike
+        b = batch(rng)
+        fast.update(b), plain.update(b)
+        np.testing.assert_allclose(fast.act(obs, False), plain.act(obs, False), rtol=1e-4, atol=1e-5)
+        for w_np, w_tf in zip(fast._np_weights, fast.actor.get_weights()):
+            np.testing.assert_array_equal(w_np, w_tf)

@@ -16,6 +16,7 @@ from agents.base import Agent
 from buffers.types import Buffer
 from envs.factory import check_action_space, make_env, make_vector_env
 from training.config import ConfigError, validate
+from training.loop import LoopSettings
 from training.seeding import configure_devices, seed_everything
 
 
@@ -75,3 +76,17 @@ def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
         rng=rng,
     ) if with_buffer else None
     return Run(agent=agent, buffer=buffer, envs=envs, eval_env=eval_env, rng=rng)
+
+
+def loop_settings(cfg: DictConfig) -> LoopSettings:
+    return LoopSettings(
+        total_steps=int(cfg.total_steps),
+        learning_starts=int(cfg.learning_starts),
+        batch_size=int(cfg.batch_size),
+        updates_per_step=float(cfg.updates_per_step),
+        eval_every=int(cfg.eval_every),
+        eval_episodes=int(cfg.eval_episodes),
+        log_every=int(cfg.log_every),
+        seed=int(cfg.seed),
+        progress=bool(cfg.progress),
+    )
