@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 from typing import Any
 
 import gymnasium as gym
@@ -85,7 +86,8 @@ def make_vector_env(
     if vectorization not in ("sync", "async"):
         raise EnvConfigError(f"env.vectorization must be 'sync' or 'async', got {vectorization!r}")
     _check_known(env_id)
-    fns = [lambda: _make(env_id, max_episode_steps, kwargs or {}) for _ in range(num_envs)]
+    # partials, not lambdas: a sync vector env stays picklable (checkpoints store it)
+    fns = [functools.partial(_make, env_id, max_episode_steps, dict(kwargs or {})) for _ in range(num_envs)]
     mode = gym.vector.AutoresetMode.SAME_STEP
     cls = gym.vector.SyncVectorEnv if vectorization == "sync" else gym.vector.AsyncVectorEnv
     envs = gym.wrappers.vector.RecordEpisodeStatistics(cls(fns, autoreset_mode=mode))
