@@ -3,6 +3,7 @@
     python train.py                                  # TD3 on Pendulum-v1
     python train.py agent=td3 env=ant                # the reference TD3 setting on Ant-v5
     python train.py agent=ddpg env=halfcheetah network.hidden=[400,300] seed=3
+    python train.py resume=outputs/2026-11-21/12-00-00 [total_steps=...]
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
-import json
+import logging
+import signal
 import sys
 
 import hydra
@@ -22,26 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from envs.factory import EnvConfigError
 from training.config import ConfigError, validate
-
-
-def run(cfg: DictConfig, run_dir: str) -> dict:
-    from training.builder import build_run, loop_settings
-    from training.loggers import ConsoleLogger, CSVLogger, MultiLogger, TensorBoardLogger
-    from training.loop import train
-
-    parts = build_run(cfg)
-    loggers = [ConsoleLogger(write=_console), CSVLogger(run_dir)]
-    if cfg.logger.tensorboard:
-        loggers.append(TensorBoardLogger(run_dir))
-    logger = MultiLogger(loggers)
-    try:
-        summary = train(parts.agent, parts.buffer, parts.envs, parts.eval_env, loop_settings(cfg), logger)
-    finally:
-        logger.close()
-        parts.close()
-    with open(os.path.join(run_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-    return summary
+from training.resume import resume_config
 
 
 def _console(line: str) -> None:
@@ -53,14 +36,28 @@ def _console(line: str) -> None:
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float:
+    from training.checkpoints import CheckpointError
+
+    logging.getLogger("absl").setLevel(logging.WARNING)  # TF's checkpoint INFO lines
     run_dir = HydraConfig.get().runtime.output_dir
+    resume = cfg.resume is not None
     try:
+        if resume:
+            run_dir = os.path.abspath(str(cfg.resume))
+            cfg = resume_config(run_dir, list(HydraConfig.get().overrides.task))
         OmegaConf.resolve(cfg)
         validate(cfg)  # before TensorFlow loads, so a typo fails in a second
-        summary = run(cfg, run_dir)
-    except (ConfigError, EnvConfigError) as err:
+        from training.runner import run_training
+
+        summary = run_training(cfg, run_dir, resume=resume, console=_console)
+    except (ConfigError, EnvConfigError, CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    if summary["stopped"]:
+        name = signal.Signals(summary["signal"]).name
+        print(f"stopped by {name} at step {summary['steps']}; checkpoint written. Continue with:\n"
+              f"  python train.py resume={run_dir}", flush=True)
+        sys.exit(128 + summary["signal"])
     print(
         f"done: {summary['steps']} steps, final eval return {summary['final_return']:.2f}, "
         f"best {summary['best_return']:.2f}, {summary['steps_per_second']:.0f} steps/s; run dir {run_dir}"

@@ -145,6 +145,17 @@ class DeterministicActorAgent:
         fn = self._update_fn
         return fn.experimental_get_tracing_count() if hasattr(fn, "experimental_get_tracing_count") else 0
 
+    def policy_module(self) -> tf.Module:
+        """The deterministic policy as a standalone tf.Module (for a SavedModel): `module(obs)`
+        maps a batch of observations to actions in the env's action box."""
+        return _DeterministicPolicy(self.actor, self._low_np, self._high_np, self.obs_dim)
+
+    def update_graph(self):
+        """The compiled update's graph (for TensorBoard), or None in eager mode. Traces with the
+        fixed input signature without running an update."""
+        fn = self._update_fn
+        return fn.get_concrete_function().graph if hasattr(fn, "get_concrete_function") else None
+
     def _compile_update(self) -> None:
         sig = batch_signature(self.obs_dim, tf.TensorSpec([None, self.action_dim], tf.float32, name="action"))
         self._update_fn = compile_fn(self._update_and_read_actor, [sig], self.compile_mode)
@@ -157,3 +168,17 @@ class DeterministicActorAgent:
 
     def _update(self, batch: Batch) -> dict[str, tf.Tensor]:
         raise NotImplementedError
+
+
+class _DeterministicPolicy(tf.Module):
+    def __init__(self, actor: keras.Model, low: np.ndarray, high: np.ndarray, obs_dim: int):
+        super().__init__(name="policy")
+        self.actor = actor
+        self.low = tf.constant(low)
+        self.high = tf.constant(high)
+        self.__call__ = tf.function(
+            self._call, input_signature=[tf.TensorSpec([None, obs_dim], tf.float32, name="obs")]
+        )
+
+    def _call(self, obs):
+        return losses.scale_action(self.actor(obs, training=False), self.low, self.high)

@@ -88,8 +88,10 @@ class UniformReplay:
         return self._data[: len(self), self._cols[name]]
 
     def state_dict(self) -> dict[str, np.ndarray]:
+        """The buffer's contents and cursor. `data` is a view (no copy of a possibly multi-GB
+        array): save it before the next `add`."""
         return {
-            "data": self._data[: len(self)].copy(),
+            "data": self._data[: len(self)],
             "cursor": np.asarray(self._cursor, dtype=np.int64),
             "full": np.asarray(self._full),
             "capacity": np.asarray(self.capacity, dtype=np.int64),

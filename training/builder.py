@@ -57,7 +57,7 @@ def build_agent(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, 
 def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
     validate(cfg)
     configure_devices()
-    rng = seed_everything(int(cfg.seed))
+    rng = seed_everything(int(cfg.seed), deterministic=bool(cfg.deterministic))
     cls = agent_class(cfg)
     env_args = dict(max_episode_steps=cfg.env.max_episode_steps, kwargs=cfg.env.kwargs)
     eval_env = make_env(cfg.env.id, seed=int(cfg.seed) + 100, **env_args)
@@ -88,5 +88,6 @@ def loop_settings(cfg: DictConfig) -> LoopSettings:
         eval_episodes=int(cfg.eval_episodes),
         log_every=int(cfg.log_every),
         seed=int(cfg.seed),
+        checkpoint_every=int(cfg.checkpoint_every),
         progress=bool(cfg.progress),
     )

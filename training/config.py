@@ -43,5 +43,9 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"updates_per_step must be >= 0, got {cfg.updates_per_step}.")
     if not 0.0 <= float(cfg.gamma) <= 1.0:
         raise ConfigError(f"gamma must lie in [0, 1], got {cfg.gamma}.")
+    if not isinstance(cfg.checkpoint_every, int) or cfg.checkpoint_every < 0:
+        raise ConfigError(f"checkpoint_every must be a non-negative integer (0 = only at the end), got {cfg.checkpoint_every!r}.")
+    if not isinstance(cfg.checkpoint_keep, int) or cfg.checkpoint_keep < 1:
+        raise ConfigError(f"checkpoint_keep must be a positive integer, got {cfg.checkpoint_keep!r}.")
     if cfg.compile not in ("eager", "graph", "xla"):
         raise ConfigError(f"compile must be eager, graph or xla, got {cfg.compile!r}.")

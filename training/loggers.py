@@ -50,6 +50,26 @@ class CSVLogger:
             f.close()
         self._files.clear()
 
+    def truncate(self, kind: str, max_step: int | None = None, max_rows: int | None = None) -> None:
+        """Drop rows a resumed run will write again: those past `max_step`, or beyond the first
+        `max_rows`."""
+        path = os.path.join(self.run_dir, f"{kind}.csv")
+        if not os.path.exists(path):
+            return
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            fields, rows = reader.fieldnames or ["step"], list(reader)
+        if max_step is not None:
+            rows = [r for r in rows if int(r["step"]) <= max_step]
+        if max_rows is not None:
+            rows = rows[:max_rows]
+        tmp = f"{path}.tmp"
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(tmp, path)
+
 
 class ConsoleLogger:
     """Prints evaluation results (and, if asked, every record) above the progress bar."""
@@ -81,6 +101,11 @@ class TensorBoardLogger:
             for name, value in metrics.items():
                 self._tf.summary.scalar(f"{kind}/{name}", value)
 
+    def write_graph(self, graph) -> None:
+        """Put a compiled function's graph in TensorBoard's Graphs tab."""
+        with self._writer.as_default():
+            self._tf.summary.graph(graph)
+
     def close(self) -> None:
         self._writer.flush()
         self._writer.close()
@@ -103,3 +128,37 @@ def _fmt(v: float) -> str:
     if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) < 1e9):
         return str(int(v))
     return f"{v:.4g}" if math.isfinite(v) else str(v)
+
+
+class WandbLogger:
+    """Weights & Biases: the resolved config, every record as `<kind>/<name>` against `global_step`
+    (so a resumed run may log a step again), one run per job, grouped by sweep.
+
+    When the W&B servers cannot be reached, it warns and records offline instead of failing the
+    training; `wandb sync <run_dir>/wandb/offline-run-*` uploads such a run later."""
+
+    def __init__(self, run_dir: str, project: str, config: dict, run_id: str, name: str,
+                 group: str | None = None, entity: str | None = None, mode: str | None = None,
+                 tags: list[str] | None = None, init_timeout: float = 30.0, warn=print):
+        import wandb
+
+        self._wandb = wandb
+        kwargs = dict(project=project, entity=entity, config=config, id=run_id, name=name, group=group,
+                      tags=tags, dir=run_dir, resume="allow", mode=mode,
+                      settings=wandb.Settings(init_timeout=init_timeout, console="off"))
+        try:
+            self.run = wandb.init(**kwargs)
+        except Exception as err:  # no network, no login: keep training, record offline
+            if mode == "offline":
+                raise
+            warn(f"warning: W&B could not start online ({type(err).__name__}: {err}); logging offline to {run_dir}/wandb. Upload later with `wandb sync`.")
+            kwargs["mode"] = "offline"
+            self.run = wandb.init(**kwargs)
+        self.run.define_metric("global_step")
+        self.run.define_metric("*", step_metric="global_step")
+
+    def log(self, kind: str, step: int, metrics: dict[str, float]) -> None:
+        self.run.log({"global_step": step, **{f"{kind}/{k}": v for k, v in metrics.items()}})
+
+    def close(self) -> None:
+        self.run.finish()

@@ -1,9 +1,10 @@
 """The off-policy training loop. It drives any agent through the Agent protocol and never knows
-which algorithm it is."""
+which algorithm it is; checkpointing and stopping reach it as callbacks."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -24,7 +25,34 @@ class LoopSettings:
     eval_episodes: int
     log_every: int
     seed: int
+    checkpoint_every: int = 0  # env steps between checkpoints; 0 = none but the final one
     progress: bool = True
+
+
+@dataclass
+class LoopState:
+    """Everything the loop carries from one iteration to the next; saved in checkpoints."""
+
+    step: int = 0
+    updates: int = 0
+    updates_due: float = 0.0
+    next_eval: int = 0
+    next_log: int = 0
+    next_checkpoint: int = 0
+    best_return: float = -np.inf
+    last_eval: dict | None = None
+    obs: np.ndarray | None = None  # the training envs' current observations
+    wall_time: float = 0.0  # seconds spent in the loop over all sessions of the run
+    evals: list = field(default_factory=list)  # (step, return_mean) of every evaluation
+
+
+@dataclass
+class LoopHooks:
+    """How the outside world takes part: `checkpoint(state, kind)` with kind periodic|best|stop|final,
+    and `stop_requested()` polled once per iteration (a signal arrived)."""
+
+    checkpoint: Callable[[LoopState, str], None] = lambda state, kind: None
+    stop_requested: Callable[[], bool] = lambda: False
 
 
 def evaluate(agent: Agent, env: gym.Env, episodes: int, seed: int) -> dict[str, float]:
@@ -64,6 +92,11 @@ def _transition_next_obs(next_obs: np.ndarray, infos: dict, done: np.ndarray) ->
     return real
 
 
+def initial_state(envs: gym.vector.VectorEnv, settings: LoopSettings) -> LoopState:
+    obs, _ = envs.reset(seed=settings.seed)
+    return LoopState(obs=obs, next_log=settings.log_every, next_checkpoint=settings.checkpoint_every or -1)
+
+
 def train(
     agent: Agent,
     buffer: Buffer,
@@ -71,74 +104,92 @@ def train(
     eval_env: gym.Env,
     settings: LoopSettings,
     logger: Logger,
-) -> dict[str, float]:
-    """Run the loop to `settings.total_steps` env steps. Returns a summary of the run."""
-    s = settings
+    state: LoopState | None = None,
+    hooks: LoopHooks | None = None,
+) -> dict:
+    """Run the loop from `state` (a fresh start if None) to `settings.total_steps` env steps.
+    Returns a summary; `summary["stopped"]` is True when a stop request ended it early."""
+    s, hooks = settings, hooks or LoopHooks()
+    st = state if state is not None else initial_state(envs, s)
     num_envs = envs.num_envs
-    obs, _ = envs.reset(seed=s.seed)
-    step, updates_due, n_updates = 0, 0.0, 0
-    next_eval, next_log = 0, s.log_every
     metrics = None
-    best, last_eval = -np.inf, None
     # disable=None: the bar shows on a terminal and stays out of redirected logs
-    bar = tqdm(total=s.total_steps, disable=None if s.progress else True, unit="step", dynamic_ncols=True, smoothing=0.05)
-    t0 = time.perf_counter()
-    t_log, step_log = t0, 0
+    bar = tqdm(total=s.total_steps, initial=st.step, disable=None if s.progress else True,
+               unit="step", dynamic_ncols=True, smoothing=0.05)
+    t_start = time.perf_counter()
+    wall_before = st.wall_time
+    t_log, step_log = t_start, st.step
 
     def run_eval() -> None:
-        nonlocal best, last_eval
         result = evaluate(agent, eval_env, s.eval_episodes, seed=s.seed + 100)
-        last_eval = result
-        best = max(best, result["return_mean"])
-        logger.log("eval", step, result)
+        st.last_eval = result
+        st.evals.append((st.step, result["return_mean"]))
+        logger.log("eval", st.step, result)
         bar.set_postfix(eval_return=f"{result['return_mean']:.1f}")
+        if result["return_mean"] > st.best_return:
+            st.best_return = result["return_mean"]
+            hooks.checkpoint(st, "best")
 
-    while step < s.total_steps:
-        if step >= next_eval:
+    stopped = False
+    while st.step < s.total_steps:
+        if st.step >= st.next_eval:
+            st.next_eval += s.eval_every
             run_eval()
-            next_eval += s.eval_every
 
-        learning = step >= s.learning_starts  # as sfujim/TD3: t >= start_timesteps
-        action = agent.act(obs, explore=True) if learning else envs.action_space.sample()
+        learning = st.step >= s.learning_starts  # as sfujim/TD3: t >= start_timesteps
+        action = agent.act(st.obs, explore=True) if learning else envs.action_space.sample()
         next_obs, reward, terminated, truncated, infos = envs.step(action)
         done = terminated | truncated
-        buffer.add(obs, action, reward, _transition_next_obs(next_obs, infos, done), terminated, truncated)
-        obs = next_obs
-        step += num_envs
+        buffer.add(st.obs, action, reward, _transition_next_obs(next_obs, infos, done), terminated, truncated)
+        st.obs = next_obs
+        st.step += num_envs
         bar.update(num_envs)
 
         if "episode" in infos:
             for i in np.flatnonzero(infos["_episode"]):
                 logger.log(
                     "train",
-                    step,
+                    st.step,
                     {"episode_return": float(infos["episode"]["r"][i]), "episode_length": int(infos["episode"]["l"][i])},
                 )
 
         if learning:
-            updates_due += num_envs * s.updates_per_step
-            while updates_due >= 1.0:
+            st.updates_due += num_envs * s.updates_per_step
+            while st.updates_due >= 1.0:
                 metrics = agent.update(buffer.sample(s.batch_size))
-                updates_due -= 1.0
-                n_updates += 1
+                st.updates_due -= 1.0
+                st.updates += 1
 
-        if step >= next_log:
+        if st.step >= st.next_log:
             now = time.perf_counter()
-            record = {"steps_per_second": (step - step_log) / (now - t_log), "updates": n_updates}
+            record = {"steps_per_second": (st.step - step_log) / (now - t_log), "updates": st.updates}
             if metrics is not None:
                 record.update({k: float(v) for k, v in metrics.items()})
-            logger.log("update", step, record)
-            t_log, step_log = now, step
-            next_log += s.log_every
+            logger.log("update", st.step, record)
+            t_log, step_log = now, st.step
+            st.next_log += s.log_every
 
-    run_eval()
+        if hooks.stop_requested():
+            stopped = True
+            break
+        if 0 < st.next_checkpoint <= st.step and st.step < s.total_steps:
+            st.next_checkpoint += s.checkpoint_every
+            st.wall_time = wall_before + time.perf_counter() - t_start
+            hooks.checkpoint(st, "periodic")
+
+    if not stopped:
+        run_eval()
+        while st.next_eval <= st.step:  # an extended run does not evaluate this step again
+            st.next_eval += s.eval_every
     bar.close()
-    wall = time.perf_counter() - t0
+    st.wall_time = wall_before + time.perf_counter() - t_start
+    hooks.checkpoint(st, "stop" if stopped else "final")
     return {
-        "steps": step,
-        "updates": n_updates,
-        "final_return": last_eval["return_mean"],
-        "best_return": best,
-        "wall_time": wall,
-        "steps_per_second": step / wall,
+        "stopped": stopped,
+        "steps": st.step,
+        "updates": st.updates,
+        "final_return": st.last_eval["return_mean"] if st.last_eval else float("nan"),
+        "best_return": st.best_return,
+        "wall_time": st.wall_time,
+        "steps_per_second": st.step / st.wall_time if st.wall_time > 0 else float("nan"),
     }

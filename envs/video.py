@@ -1,0 +1,71 @@
+"""Record episodes to mp4 with MuJoCo's headless offscreen renderer.
+
+Rendering runs in a child process that never imports TensorFlow: MuJoCo's EGL/OSMesa backends
+crash in a process that has TensorFlow loaded (both carry LLVM). The child steps and renders the
+env and sends each observation over a pipe; the parent answers with the policy's action.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from typing import Any, Callable
+
+import numpy as np
+
+
+class VideoError(RuntimeError):
+    """The video could not be rendered; the message names the likely fix."""
+
+
+def _render_worker(conn, env_id: str, max_episode_steps, kwargs: dict, seed: int, episodes: int, prefix: str) -> None:
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    import imageio.v2 as imageio
+
+    from envs.factory import make_env
+
+    try:
+        env = make_env(env_id, seed=seed, max_episode_steps=max_episode_steps, kwargs=kwargs, render_mode="rgb_array")
+        fps = int(env.metadata.get("render_fps", 30))
+        paths, returns = [], []
+        obs, _ = env.reset(seed=seed)
+        for i in range(episodes):
+            path = f"{prefix}{i}.mp4"
+            total, done = 0.0, False
+            with imageio.get_writer(path, fps=fps, codec="libx264", macro_block_size=1) as writer:
+                writer.append_data(np.asarray(env.render()))
+                while not done:
+                    conn.send(obs)
+                    obs, reward, terminated, truncated, _ = env.step(conn.recv())
+                    writer.append_data(np.asarray(env.render()))
+                    total += float(reward)
+                    done = terminated or truncated
+            paths.append(path)
+            returns.append(total)
+            obs, _ = env.reset()
+        env.close()
+        conn.send({"paths": paths, "returns": returns})
+    except Exception as err:  # report to the parent instead of dying silently
+        conn.send({"error": f"{type(err).__name__}: {err}"})
+
+
+def record_videos(policy: Callable[[np.ndarray], np.ndarray], env_id: str, seed: int, episodes: int, prefix: str,
+                  max_episode_steps: int | None = None, kwargs: dict[str, Any] | None = None) -> dict:
+    """Run `episodes` episodes of `policy` (one observation in, one action out) and write
+    `<prefix><i>.mp4` for each. Returns {"paths": [...], "returns": [...]}."""
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_render_worker, args=(child, env_id, max_episode_steps, dict(kwargs or {}), seed, episodes, prefix))
+    proc.start()
+    try:
+        while True:
+            msg = parent.recv()
+            if isinstance(msg, dict):
+                break
+            parent.send(policy(msg))
+    except EOFError:
+        msg = {"error": f"the render process died (exit code {proc.exitcode}); check MUJOCO_GL (egl or osmesa) and the OpenGL libraries"}
+    finally:
+        proc.join(timeout=60)
+    if "error" in msg:
+        raise VideoError(f"could not record a video of {env_id}: {msg['error']}")
+    return msg

@@ -1,0 +1,49 @@
+"""Evaluate a saved run:
+
+    python evaluate.py run_dir=outputs/2026-11-21/12-00-00 episodes=20 checkpoint=best
+    python evaluate.py run_dir=... video=true        # mp4s in <run_dir>/eval/
+    python evaluate.py run_dir=... export=true       # TF SavedModel in <run_dir>/export/
+
+Rebuilds the run from its saved .hydra/config.yaml, restores the checkpoint, runs deterministic
+episodes, prints mean/std/min/max and writes them to <run_dir>/eval/<checkpoint>.json.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+os.environ.setdefault("MUJOCO_GL", "egl")  # headless offscreen rendering for video=true
+
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from envs.factory import EnvConfigError
+from training.config import ConfigError
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
+def main(cfg: DictConfig) -> None:
+    from envs.video import VideoError
+    from training.checkpoints import CheckpointError
+    from training.evaluation import evaluate_run
+
+    try:
+        r = evaluate_run(os.path.abspath(str(cfg.run_dir)), str(cfg.checkpoint), int(cfg.episodes),
+                         int(cfg.seed), bool(cfg.video), int(cfg.video_episodes), bool(cfg.export))
+    except (ConfigError, EnvConfigError, CheckpointError, VideoError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    print(f"{r['env_id']}, checkpoint {r['checkpoint']} (step {r['checkpoint_step']}), {r['episodes']} episodes: "
+          f"return mean {r['return_mean']:.2f}  std {r['return_std']:.2f}  min {r['return_min']:.2f}  max {r['return_max']:.2f}")
+    for path in r.get("videos", []):
+        print(f"video: {path}")
+    if "export" in r:
+        print(f"SavedModel: {r['export']}")
+    print(f"written: {r['json']}")
+
+
+if __name__ == "__main__":
+    main()

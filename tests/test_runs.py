@@ -1,0 +1,319 @@
+"""Runs that last: checkpoints, exact resume after SIGTERM and SIGKILL, evaluate.py, export,
+TensorBoard and W&B records. Each test trains through the real train.py in a subprocess."""
+import csv
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# A short deterministic TD3 run on Pendulum: 200 random steps, then 400 steps with updates.
+RUN = ["env=pendulum", "total_steps=600", "learning_starts=200", "eval_every=200", "eval_episodes=2",
+       "batch_size=64", "network.hidden=[32,32]", "log_every=100", "checkpoint_every=200", "checkpoint_keep=2", "deterministic=true",
+       "progress=false"]
+
+
+def train(run_dir, *overrides, timeout=600):
+    cmd = [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *RUN, *overrides]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def resume(run_dir, *overrides):
+    cmd = [sys.executable, "train.py", f"resume={run_dir}", *overrides]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def evaluate(*args):
+    cmd = [sys.executable, "evaluate.py", *args]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def read_csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def final_weights(run_dir):
+    """The actor and critic weights in the final checkpoint, read with TensorFlow's reader."""
+    import tensorflow as tf
+
+    path = sorted(glob.glob(os.path.join(run_dir, "checkpoints", "step_*")))[-1]
+    reader = tf.train.load_checkpoint(os.path.join(path, "agent"))
+    names = sorted(k for k in reader.get_variable_to_shape_map() if "OPTIMIZER_SLOT" not in k and "save_counter" not in k)
+    return {k: reader.get_tensor(k) for k in names}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The uninterrupted run every resumed run must reproduce."""
+    run_dir = tmp_path_factory.mktemp("reference")
+    proc = train(run_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run_dir
+
+
+def test_checkpoints_are_complete_and_pruned(reference):
+    # periodic at 200 and 400, final at 600; keep=2 pruned the oldest; best is kept apart
+    assert sorted(os.listdir(reference / "checkpoints")) == ["best", "step_0000000400", "step_0000000600"]
+    for d in glob.glob(str(reference / "checkpoints" / "step_*")):
+        meta = json.load(open(os.path.join(d, "meta.json")))
+        assert set(meta["files"]) >= {"agent.index", "buffer.npz", "state.pkl"}
+    assert not glob.glob(str(reference / "checkpoints" / "*.tmp"))
+
+
+def test_tensorboard_events_hold_the_named_scalars(reference):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(reference / "tb"), size_guidance={"tensors": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["tensors"])
+    assert {"train/episode_return", "train/episode_length", "eval/return_mean", "eval/return_std",
+            "update/critic_loss", "update/actor_loss", "update/q1", "update/steps_per_second"} <= tags
+    evals = [(e.step, float(np.asarray(tf_value(e)))) for e in acc.Tensors("eval/return_mean")]
+    csv_evals = [(int(r["step"]), float(r["return_mean"])) for r in read_csv(reference / "eval.csv")]
+    assert [s for s, _ in evals] == [s for s, _ in csv_evals] == [0, 200, 400, 600]
+    np.testing.assert_allclose([v for _, v in evals], [v for _, v in csv_evals], rtol=1e-6)
+
+
+def tf_value(event):
+    import tensorflow as tf
+
+    return tf.make_ndarray(event.tensor_proto)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_resume_after_kill_reproduces_the_uninterrupted_run(tmp_path, reference, sig):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *RUN], cwd=ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    # wait until the run is past its first periodic checkpoint, then kill it mid-run
+    deadline = time.time() + 300
+    while time.time() < deadline and not glob.glob(str(run_dir / "checkpoints" / "step_0000000200")):
+        time.sleep(0.2)
+    time.sleep(1.0)
+    assert proc.poll() is None, "run finished before it could be interrupted"
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=300)
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+        assert "stopped by SIGTERM" in out and f"resume={run_dir}" in out
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    assert not os.path.exists(run_dir / "summary.json")
+
+    proc = resume(run_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "resumed" in proc.stdout
+    ref, res = final_weights(reference), final_weights(run_dir)
+    assert ref.keys() == res.keys() and len(ref) > 10
+    for k in ref:
+        np.testing.assert_array_equal(ref[k], res[k], err_msg=k)
+    assert read_csv(run_dir / "eval.csv") == read_csv(reference / "eval.csv")
+    ref_summary = json.loads((reference / "summary.json").read_text())
+    res_summary = json.loads((run_dir / "summary.json").read_text())
+    assert res_summary["final_return"] == ref_summary["final_return"]
+    assert res_summary["updates"] == ref_summary["updates"] == 400
+
+
+def test_restored_buffer_equals_the_saved_one(reference):
+    from buffers.uniform import UniformReplay
+    from training.checkpoints import resolve_checkpoint
+
+    path = resolve_checkpoint(str(reference), "latest")
+    with np.load(os.path.join(path, "buffer.npz")) as z:
+        saved = {k: z[k] for k in z.files}
+    buf = UniformReplay(int(saved["capacity"]), 3, 1, 0.99, np.random.default_rng(0))
+    buf.load_state_dict(saved)
+    assert len(buf) == 600
+    np.testing.assert_array_equal(buf.state_dict()["data"], saved["data"])
+    # consecutive stored transitions chain up inside an episode
+    np.testing.assert_array_equal(buf.field("next_obs")[:199], buf.field("obs")[1:200])
+
+
+def test_resume_refuses_a_finished_run_without_a_larger_total(tmp_path, reference):
+    before = sorted(os.listdir(reference / "checkpoints"))
+    proc = resume(reference)
+    assert proc.returncode == 2
+    assert "already reached 600 steps" in proc.stderr and "total_steps=" in proc.stderr
+    assert sorted(os.listdir(reference / "checkpoints")) == before
+    proc = resume(reference, "batch_size=32")
+    assert proc.returncode == 2 and "batch_size=32 cannot be" in proc.stderr
+
+
+def test_resume_extends_a_finished_run(tmp_path, reference):
+    run_dir = tmp_path / "extended"
+    shutil.copytree(reference, run_dir)
+    proc = resume(run_dir, "total_steps=800")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [int(r["step"]) for r in read_csv(run_dir / "eval.csv")] == [0, 200, 400, 600, 800]
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 800
+
+
+def test_evaluate_prints_and_writes_json(reference):
+    proc = evaluate(f"run_dir={reference}", "episodes=3", "checkpoint=best")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "return mean" in proc.stdout
+    result = json.loads((reference / "eval" / "best.json").read_text())
+    assert result["episodes"] == 3 and result["checkpoint"] == "best"
+    assert result["return_min"] <= result["return_mean"] <= result["return_max"]
+    proc = evaluate(f"run_dir={reference}", "episodes=2", "checkpoint=600")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((reference / "eval" / "600.json").read_text())["checkpoint_step"] == 600
+
+
+def test_latest_checkpoint_evaluates_like_the_training_run(reference):
+    """The final checkpoint, evaluated with the training run's eval seed, gives its final return."""
+    proc = evaluate(f"run_dir={reference}", "episodes=2", "seed=100")  # training evals use seed + 100
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    final = float(read_csv(reference / "eval.csv")[-1]["return_mean"])
+    assert json.loads((reference / "eval" / "latest.json").read_text())["return_mean"] == pytest.approx(final, rel=1e-4)
+
+
+def test_exported_savedmodel_acts_like_the_agent(reference):
+    import tensorflow as tf
+
+    proc = evaluate(f"run_dir={reference}", "episodes=1", "export=true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    policy = tf.saved_model.load(str(reference / "export" / "latest"))
+    obs = np.random.default_rng(0).normal(size=(16, 3)).astype(np.float32)
+    exported = policy(obs).numpy()
+
+    from omegaconf import OmegaConf
+
+    from training.builder import build_agent
+    from training.checkpoints import Checkpointer, resolve_checkpoint
+    from training.runner import describe
+    import gymnasium as gym
+
+    cfg = OmegaConf.load(reference / ".hydra" / "config.yaml")
+    OmegaConf.resolve(cfg)
+    env = gym.make("Pendulum-v1")
+    agent = build_agent(cfg, env.observation_space, env.action_space, np.random.default_rng(0))
+    Checkpointer(str(reference), agent.trackables(), describe=describe(cfg)).restore(
+        resolve_checkpoint(str(reference), "latest"), agent_only=True)
+    agent.refresh_policy()
+    np.testing.assert_allclose(exported, agent.act(obs, explore=False), rtol=1e-5, atol=1e-6)
+    assert np.all(np.abs(exported) <= 2.0)
+
+
+def test_video_is_a_valid_mp4(tmp_path):
+    run_dir = tmp_path / "ip"
+    proc = subprocess.run(
+        [sys.executable, "train.py", f"hydra.run.dir={run_dir}", "env=inverted_pendulum", "total_steps=300",
+         "learning_starts=100", "eval_every=1000", "eval_episodes=1", "batch_size=32", "network.hidden=[16,16]",
+         "progress=false"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = evaluate(f"run_dir={run_dir}", "episodes=1", "video=true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    videos = glob.glob(str(run_dir / "eval" / "latest-episode0.mp4"))
+    assert videos
+    with open(videos[0], "rb") as f:
+        head = f.read(12)
+    assert head[4:8] == b"ftyp"
+    import imageio.v2 as imageio
+
+    reader = imageio.get_reader(videos[0])
+    frames = [frame for frame in reader]
+    assert len(frames) >= 2 and frames[0].shape[2] == 3 and frames[0].std() > 0
+
+
+def test_wandb_offline_run_holds_config_and_metrics(tmp_path):
+    run_dir = tmp_path / "wb"
+    proc = subprocess.run(
+        [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *RUN[:-2], "total_steps=300", "checkpoint_every=0",
+         "logger.wandb=true", "wandb.mode=offline", "wandb.project=tfrl-test"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "WANDB_MODE": "offline"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    files = glob.glob(str(run_dir / "wandb" / "offline-run-*" / "run-*.wandb"))
+    assert len(files) == 1
+    from wandb.proto import wandb_internal_pb2
+
+    config, history = {}, []
+    for data in read_wandb_log(files[0]):
+        rec = wandb_internal_pb2.Record()
+        rec.ParseFromString(data)
+        if rec.WhichOneof("record_type") == "run":  # the config travels with the run record
+            config.update({u.key: u.value_json for u in rec.run.config.update})
+        elif rec.WhichOneof("record_type") == "config":
+            config.update({u.key: u.value_json for u in rec.config.update})
+        elif rec.WhichOneof("record_type") == "history":
+            history.append({i.key or "/".join(i.nested_key): i.value_json for i in rec.history.item})
+    assert json.loads(config["total_steps"]) == 300 and json.loads(config["agent"])["_target_"] == "agents.td3.TD3"
+    keys = set().union(*history)
+    assert {"eval/return_mean", "train/episode_return", "update/critic_loss", "global_step"} <= keys
+    eval_steps = [json.loads(h["global_step"]) for h in history if "eval/return_mean" in h]
+    assert eval_steps == [0, 200, 300]
+
+
+def read_wandb_log(path):
+    """The records of a W&B transaction log (`run-*.wandb`): a 7-byte ':W&B' header, then
+    LevelDB-style 32 KiB blocks of [crc32c:4][length:2][type:1][data] chunks (1 full, 2 first,
+    3 middle, 4 last). wandb 0.31 no longer ships a Python reader for it."""
+    import struct
+
+    data = open(path, "rb").read()
+    assert data[:4] == b":W&B", "not a W&B transaction log"
+    block, pos, records, pending = 32768, 7, [], b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # block trailer padding
+            pos += left
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        chunk = data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind == 1:
+            records.append(chunk)
+        elif kind == 2:
+            pending = chunk
+        elif kind == 3:
+            pending += chunk
+        elif kind == 4:
+            records.append(pending + chunk)
+        elif kind == 0 and length == 0:
+            pos += block - pos % block if pos % block else 0
+    return records
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_corrupt_checkpoint_is_rejected_and_left_in_place(tmp_path, reference, damage):
+    run_dir = tmp_path / "corrupt"
+    shutil.copytree(reference, run_dir)
+    latest = sorted(glob.glob(str(run_dir / "checkpoints" / "step_*")))[-1]
+    target = glob.glob(os.path.join(latest, "agent.data-*"))[0]
+    data = open(target, "rb").read()
+    with open(target, "wb") as f:
+        f.write(data[: len(data) // 2] if damage == "truncate" else data[:100] + bytes([data[100] ^ 0xFF]) + data[101:])
+    listing = sorted(os.listdir(run_dir / "checkpoints"))
+    for proc in (resume(run_dir, "total_steps=800"), evaluate(f"run_dir={run_dir}")):
+        assert proc.returncode == 2
+        assert "is corrupt" in proc.stderr and "Traceback" not in proc.stderr
+    assert sorted(os.listdir(run_dir / "checkpoints")) == listing
+
+
+def test_bad_run_dirs_and_foreign_checkpoints(tmp_path, reference):
+    proc = evaluate(f"run_dir={tmp_path / 'nope'}")
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+    empty = tmp_path / "empty"
+    shutil.copytree(reference, empty)
+    shutil.rmtree(empty / "checkpoints")
+    proc = evaluate(f"run_dir={empty}")
+    assert proc.returncode == 2 and "no complete checkpoint" in proc.stderr
+    proc = resume(empty, "total_steps=800")
+    assert proc.returncode == 2 and "no complete checkpoint" in proc.stderr
+    # a checkpoint written by another network size
+    other = tmp_path / "other"
+    shutil.copytree(reference, other)
+    cfg_path = other / ".hydra" / "config.yaml"
+    cfg_path.write_text(cfg_path.read_text().replace("- 32\n  - 32", "- 64\n  - 64"))
+    proc = evaluate(f"run_dir={other}")
+    assert proc.returncode == 2 and "network" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,193 @@
+"""Checkpoints: the whole resumable state of a run, written atomically.
+
+A checkpoint is a directory `<run_dir>/checkpoints/step_<step>/` holding
+    agent.index, agent.data-*   networks, targets, optimizer slots, counters, in-graph RNG
+                                (tf.train.Checkpoint over the agent's trackables)
+    buffer.npz                  the replay buffer with its cursor (when saving it is on)
+    state.pkl                   loop state, numpy/Python RNG states, the training envs
+    meta.json                   step, what wrote it, and a SHA-256 of every file above
+It is assembled under a temporary name and renamed into place (atomic on POSIX), and meta.json
+is written last, so a crash mid-write leaves at most an ignored `*.tmp` directory and the previous
+checkpoints usable. `best/` holds the checkpoint with the best evaluation return so far.
+
+Why not tf.train.CheckpointManager alone: it rotates the TensorFlow files only, while a resumable
+state also needs the buffer, the envs and the RNGs next to them, committed as one unit.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import re
+import shutil
+import time
+from typing import Any
+
+import numpy as np
+
+STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that is missing, incomplete, corrupt or does not fit this run."""
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def list_checkpoints(run_dir: str) -> dict[int, str]:
+    """Complete periodic checkpoints of a run by step (directories with meta.json)."""
+    root = os.path.join(run_dir, "checkpoints")
+    found = {}
+    if os.path.isdir(root):
+        for name in os.listdir(root):
+            m = STEP_DIR.match(name)
+            if m and os.path.exists(os.path.join(root, name, "meta.json")):
+                found[int(m.group(1))] = os.path.join(root, name)
+    return dict(sorted(found.items()))
+
+
+def resolve_checkpoint(run_dir: str, which: str | int = "latest") -> str:
+    """The directory of checkpoint `latest`, `best` or a step number, with a clear error if absent."""
+    if not os.path.isdir(run_dir):
+        raise CheckpointError(f"run directory '{run_dir}' does not exist; pass the directory a training run wrote (outputs/<date>/<time>).")
+    found = list_checkpoints(run_dir)
+    if str(which) == "best":
+        path = os.path.join(run_dir, "checkpoints", "best")
+        if not os.path.exists(os.path.join(path, "meta.json")):
+            raise CheckpointError(f"'{run_dir}' has no best checkpoint yet (one is written at the first evaluation); use checkpoint=latest.")
+        return path
+    if not found:
+        raise CheckpointError(
+            f"'{run_dir}' has no complete checkpoint. Checkpoints are written every checkpoint_every "
+            f"steps, when a run is stopped by SIGTERM/SIGINT, and at its end; this run wrote none."
+        )
+    if str(which) == "latest":
+        return found[max(found)]
+    try:
+        step = int(which)
+    except ValueError:
+        raise CheckpointError(f"checkpoint must be latest, best or a step number, got '{which}'.") from None
+    if step not in found:
+        raise CheckpointError(f"'{run_dir}' has no checkpoint at step {step}; it has steps {sorted(found)}.")
+    return found[step]
+
+
+class Checkpointer:
+    """Writes and reads checkpoints of one run. `trackables` are TensorFlow objects (the agent's)."""
+
+    def __init__(self, run_dir: str, trackables: dict[str, Any], keep: int = 3, describe: dict | None = None):
+        import tensorflow as tf
+
+        self.root = os.path.join(run_dir, "checkpoints")
+        self.keep = max(1, int(keep))
+        self.describe = describe or {}
+        self._ckpt = tf.train.Checkpoint(**trackables)
+
+    # --- writing ------------------------------------------------------------------------
+    def save(self, step: int, state: dict[str, Any], buffer_state: dict[str, np.ndarray] | None, best: bool = False) -> str:
+        os.makedirs(self.root, exist_ok=True)
+        final = os.path.join(self.root, "best" if best else f"step_{step:010d}")
+        tmp = f"{final}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        self._ckpt.write(os.path.join(tmp, "agent"))
+        if buffer_state is not None:
+            np.savez(os.path.join(tmp, "buffer.npz"), **buffer_state)
+        with open(os.path.join(tmp, "state.pkl"), "wb") as f:
+            pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+        files = {}
+        for name in sorted(os.listdir(tmp)):
+            path = os.path.join(tmp, name)
+            with open(path, "rb+") as f:
+                os.fsync(f.fileno())
+            files[name] = _sha256(path)
+        meta = {"step": int(step), "time": time.time(), "files": files, **self.describe}
+        with open(os.path.join(tmp, "meta.json"), "w") as f:
+            json.dump(meta, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_dir(tmp)
+        if os.path.exists(final):  # only `best` is ever replaced: move the old one aside first
+            old = f"{final}.old"
+            shutil.rmtree(old, ignore_errors=True)
+            os.rename(final, old)
+            os.rename(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, final)
+        _fsync_dir(self.root)
+        if not best:
+            self._prune()
+        return final
+
+    def _prune(self) -> None:
+        steps = sorted(list_checkpoints(os.path.dirname(self.root)))
+        for step in steps[: -self.keep]:
+            shutil.rmtree(os.path.join(self.root, f"step_{step:010d}"), ignore_errors=True)
+
+    # --- reading ------------------------------------------------------------------------
+    def restore(self, path: str, with_buffer: bool = True, agent_only: bool = False) -> tuple[dict, dict | None]:
+        """Verify and load a checkpoint into the trackables; returns (state, buffer_state)."""
+        meta = verify(path)
+        for key, value in self.describe.items():
+            if key in meta and meta[key] != value:
+                raise CheckpointError(
+                    f"checkpoint {path} was written with {key}={meta[key]!r}, but this run has "
+                    f"{key}={value!r}; rebuild the run with the saved config (evaluate.py and resume do this)."
+                )
+        status = self._ckpt.read(os.path.join(path, "agent"))
+        try:
+            if agent_only:
+                status.assert_existing_objects_matched()
+            else:
+                status.assert_consumed()
+        except (AssertionError, ValueError) as err:
+            raise CheckpointError(
+                f"checkpoint {path} does not fit this agent (a different agent or network size?): {err}"
+            ) from err
+        if agent_only:
+            return {}, None
+        with open(os.path.join(path, "state.pkl"), "rb") as f:
+            state = pickle.load(f)
+        buffer_state = None
+        if with_buffer and "buffer.npz" in meta["files"]:
+            with np.load(os.path.join(path, "buffer.npz")) as z:
+                buffer_state = {k: z[k] for k in z.files}
+        return state, buffer_state
+
+
+def verify(path: str) -> dict:
+    """Check a checkpoint is complete and unchanged since it was written; return its meta."""
+    meta_path = os.path.join(path, "meta.json")
+    try:
+        with open(meta_path) as f:
+            meta = json.load(f)
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint {path} is incomplete (no meta.json): it was not finished writing; use an earlier one.") from None
+    except json.JSONDecodeError:
+        raise CheckpointError(f"checkpoint {path} is corrupt (meta.json unreadable); move it aside to use an earlier one.") from None
+    for name, digest in meta["files"].items():
+        file = os.path.join(path, name)
+        if not os.path.exists(file):
+            raise CheckpointError(f"checkpoint {path} is incomplete: {name} is missing; move it aside (mv {path} {path}.bad) to use an earlier one.")
+        if _sha256(file) != digest:
+            raise CheckpointError(
+                f"checkpoint {path} is corrupt: {name} does not match the checksum written with it "
+                f"(truncated or overwritten?). Move it aside (mv {path} {path}.bad) to resume from an earlier one."
+            )
+    return meta

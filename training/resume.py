@@ -1,0 +1,36 @@
+"""Rebuild a saved run's config (for resume and evaluate.py) from `<run_dir>/.hydra/config.yaml`."""
+from __future__ import annotations
+
+import os
+
+from omegaconf import DictConfig, OmegaConf
+
+from training.config import ConfigError
+
+# What may change when a run continues: how long it goes on, and how it reports.
+RESUMABLE_OVERRIDES = ("total_steps", "progress", "logger.", "wandb.", "resume", "hydra.")
+
+
+def load_run_config(run_dir: str) -> DictConfig:
+    path = os.path.join(run_dir, ".hydra", "config.yaml")
+    if not os.path.isdir(run_dir):
+        raise ConfigError(f"run directory '{run_dir}' does not exist; pass a directory a training run wrote (outputs/<date>/<time>).")
+    if not os.path.exists(path):
+        raise ConfigError(f"'{run_dir}' has no .hydra/config.yaml, so it is not a run directory of train.py; pass the directory a training run wrote.")
+    return OmegaConf.load(path)
+
+
+def resume_config(run_dir: str, overrides: list[str]) -> DictConfig:
+    """The saved config with the command line's `total_steps`/`progress`/`logger.*`/`wandb.*`
+    applied; any other override is refused, since a resumed run continues the same experiment."""
+    cfg = load_run_config(run_dir)
+    refused = [o for o in overrides if not o.lstrip("+~").startswith(RESUMABLE_OVERRIDES)]
+    if refused:
+        raise ConfigError(
+            f"resume continues the saved run with its own config, so {', '.join(refused)} cannot be "
+            f"changed (only total_steps, progress, logger.* and wandb.*). Start a new run to change it."
+        )
+    kept = [o for o in overrides if not o.startswith(("resume=", "hydra."))]
+    cfg.merge_with(OmegaConf.from_dotlist(kept))
+    cfg.resume = run_dir
+    return cfg

@@ -1,0 +1,165 @@
+"""One training run from a composed config: build, restore, train, checkpoint, log, stop cleanly.
+
+train.py calls `run_training`; tests call it in-process. Everything here is wiring: the loop is
+in loop.py, the maths in agents/.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import random
+import signal
+import threading
+import uuid
+from typing import Callable
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from training.builder import build_run, loop_settings
+from training.checkpoints import Checkpointer, CheckpointError, resolve_checkpoint
+from training.config import ConfigError
+from training.loggers import ConsoleLogger, CSVLogger, MultiLogger, TensorBoardLogger, WandbLogger
+from training.loop import LoopHooks, LoopState, initial_state, train
+
+
+class StopSignal:
+    """SIGTERM or SIGINT asks the loop to stop after the current step; a second SIGINT forces it."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._previous: dict = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.signum is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def requested(self) -> bool:
+        return self.signum is not None
+
+
+def describe(cfg: DictConfig) -> dict:
+    """What a checkpoint must match to be restored into a run built from `cfg`."""
+    return {
+        "agent": cfg.agent._target_,
+        "network": OmegaConf.to_container(cfg.network, resolve=True),
+        "env_id": cfg.env.id,
+    }
+
+
+def _pickle_envs(envs) -> bytes | None:
+    try:
+        return pickle.dumps(envs)
+    except Exception:  # async envs live in subprocesses: resume resets them instead
+        return None
+
+
+def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: Callable[[str], None] = print) -> dict:
+    parts = build_run(cfg)
+    settings = loop_settings(cfg)
+    agent = parts.agent
+    checkpointer = Checkpointer(run_dir, agent.trackables(), keep=int(cfg.checkpoint_keep), describe=describe(cfg))
+
+    csv_logger = CSVLogger(run_dir)
+    state: LoopState | None = None
+    if resume:
+        path = resolve_checkpoint(run_dir, "latest")
+        saved, buffer_state = checkpointer.restore(path, with_buffer=True)
+        state = saved["loop"]
+        if state.step >= settings.total_steps:
+            raise ConfigError(
+                f"the run in {run_dir} already reached {state.step} steps (total_steps={settings.total_steps}); "
+                f"to extend it pass a larger total, e.g. total_steps={2 * state.step}."
+            )
+        agent.refresh_policy()
+        parts.rng.bit_generator.state = saved["numpy_rng"]
+        random.setstate(saved["python_rng"])
+        if buffer_state is not None:
+            parts.buffer.load_state_dict(buffer_state)
+        else:
+            console(f"warning: {path} holds no replay buffer (save_buffer=false); resuming with an empty one.")
+        if saved["envs"] is not None:
+            parts.envs.close()
+            parts.envs = pickle.loads(saved["envs"])
+        else:
+            console("warning: the training envs could not be saved (async vectorization); they restart from a fresh reset.")
+            state.obs, _ = parts.envs.reset(seed=int(cfg.seed) + state.step)
+        csv_logger.truncate("train", max_step=state.step)
+        csv_logger.truncate("update", max_step=state.step)
+        csv_logger.truncate("eval", max_rows=len(state.evals))
+        console(f"resumed {run_dir} from {os.path.basename(path)} at step {state.step}")
+
+    loggers = [ConsoleLogger(write=console), csv_logger]
+    if cfg.logger.tensorboard:
+        tb = TensorBoardLogger(run_dir)
+        loggers.append(tb)
+        if cfg.logger.trace_graph and (graph := agent.update_graph()) is not None:
+            tb.write_graph(graph)
+    if cfg.logger.wandb:
+        loggers.append(_wandb_logger(cfg, run_dir, console))
+    logger = MultiLogger(loggers)
+
+    def checkpoint(st: LoopState, kind: str) -> None:
+        if kind == "best" and not cfg.save_best:
+            return
+        saved = {
+            "loop": st,
+            "numpy_rng": parts.rng.bit_generator.state,
+            "python_rng": random.getstate(),
+            "envs": _pickle_envs(parts.envs),
+        }
+        buffer_state = parts.buffer.state_dict() if cfg.save_buffer and kind != "best" else None
+        checkpointer.save(st.step, saved, buffer_state, best=(kind == "best"))
+
+    if state is None:
+        state = initial_state(parts.envs, settings)
+    try:
+        with StopSignal() as stop:
+            summary = train(agent, parts.buffer, parts.envs, parts.eval_env, settings, logger, state,
+                            LoopHooks(checkpoint=checkpoint, stop_requested=stop.requested))
+            summary["signal"] = stop.signum
+    finally:
+        logger.close()
+        parts.close()
+    summary["run_dir"] = run_dir
+    if not summary["stopped"]:
+        with open(os.path.join(run_dir, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2)
+    return summary
+
+
+def _wandb_logger(cfg: DictConfig, run_dir: str, console) -> WandbLogger:
+    id_file = os.path.join(run_dir, "wandb_id.txt")
+    if os.path.exists(id_file):
+        with open(id_file) as f:
+            run_id = f.read().strip()
+    else:
+        run_id = uuid.uuid4().hex[:12]
+        with open(id_file, "w") as f:
+            f.write(run_id)
+    w = cfg.wandb
+    group, name = w.group, w.name
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        hc = HydraConfig.get()  # one W&B group per sweep, one run per job named by its overrides
+        group = group or os.path.basename(os.path.normpath(hc.sweep.dir))
+        name = name or hc.job.override_dirname or f"job{hc.job.num}"
+    return WandbLogger(
+        run_dir=run_dir, project=w.project, entity=w.entity, group=group, name=name or os.path.basename(run_dir),
+        mode=w.mode, tags=list(w.tags or []), run_id=run_id,
+        config=OmegaConf.to_container(cfg, resolve=True), warn=console,
+    )
