@@ -38,6 +38,8 @@ def main(cfg: DictConfig) -> None:
         sys.exit(2)
     print(f"{r['env_id']}, checkpoint {r['checkpoint']} (step {r['checkpoint_step']}), {r['episodes']} episodes: "
           f"return mean {r['return_mean']:.2f}  std {r['return_std']:.2f}  min {r['return_min']:.2f}  max {r['return_max']:.2f}")
+    if "success_rate" in r:
+        print(f"win rate: {100 * r['success_rate']:.1f}% of {r['episodes']} episodes (is_success at the episode's end)")
     for path in r.get("videos", []):
         print(f"video: {path}")
     if "export" in r:

@@ -46,6 +46,7 @@ def batch_signature(obs_dim: int, action_spec: tf.TensorSpec) -> Batch:
         reward=tf.TensorSpec([None], tf.float32, name="reward"),
         next_obs=tf.TensorSpec([None, obs_dim], tf.float32, name="next_obs"),
         discount=tf.TensorSpec([None], tf.float32, name="discount"),
+        weight=tf.TensorSpec([None], tf.float32, name="weight"),
     )
 
 

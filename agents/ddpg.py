@@ -59,7 +59,7 @@ class DDPG(DeterministicActorAgent):
         critic_vars = self.critic.trainable_variables
         with tf.GradientTape() as tape:
             q = self._q(self.critic, batch.obs, batch.action)
-            critic_loss = losses.mse(q, target)
+            critic_loss = losses.mse(q, target, batch.weight)
             penalty = tf.add_n(self.critic.losses) if self.critic.losses else tf.constant(0.0)
             total = critic_loss + penalty
         grads = tape.gradient(total, critic_vars)
@@ -78,6 +78,7 @@ class DDPG(DeterministicActorAgent):
             "actor_loss": actor_loss,
             "q1": tf.reduce_mean(q),
             "target_q": tf.reduce_mean(target),
+            "td_error": tf.abs(target - q),  # per-sample, for prioritized replay
         }
 
     def trackables(self) -> dict:

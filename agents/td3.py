@@ -87,7 +87,7 @@ class TD3(DeterministicActorAgent):
         with tf.GradientTape() as tape:
             q1 = self._q(self.critic1, batch.obs, batch.action)
             q2 = self._q(self.critic2, batch.obs, batch.action)
-            critic_loss = losses.td3_critic_loss(q1, q2, target)
+            critic_loss = losses.td3_critic_loss(q1, q2, target, batch.weight)
         grads = tape.gradient(critic_loss, self._critic_vars)
         self.critic_optimizer.apply_gradients(zip(grads, self._critic_vars))
 
@@ -102,6 +102,8 @@ class TD3(DeterministicActorAgent):
             "q1": tf.reduce_mean(q1),
             "q2": tf.reduce_mean(q2),
             "target_q": tf.reduce_mean(target),
+            # per-sample, for prioritized replay (LAP-style: the larger of the two TD errors)
+            "td_error": tf.maximum(tf.abs(target - q1), tf.abs(target - q2)),
         }
 
     def _delayed_update(self, obs: tf.Tensor) -> tf.Tensor:

@@ -20,9 +20,12 @@ class UniformReplay:
         gamma: float,
         rng: np.random.Generator,
         discrete_actions: bool = False,
+        n_step: int = 1,
     ):
         if capacity < 1:
             raise ValueError(f"buffer.capacity must be at least 1, got {capacity}")
+        if not isinstance(n_step, int) or n_step < 1:
+            raise ValueError(f"buffer.n_step must be an integer >= 1, got {n_step!r}")
         if not 0.0 <= gamma <= 1.0:
             raise ValueError(f"gamma must lie in [0, 1], got {gamma}")
         self.capacity = int(capacity)
@@ -30,7 +33,9 @@ class UniformReplay:
         self.action_dim = int(action_dim)
         self.gamma = float(gamma)
         self.discrete_actions = discrete_actions
+        self.n_step = n_step
         self._rng = rng
+        self._stride = 0  # transitions added per call (= num_envs); an env's next transition is this many rows on
         # Column layout of one row: obs | action | reward | next_obs | terminated | truncated
         o, a = self.obs_dim, self.action_dim
         self._cols = {
@@ -52,6 +57,9 @@ class UniformReplay:
         """Add a batch of transitions, one row per environment (leading axis = num_envs)."""
         obs = np.asarray(obs, dtype=np.float32).reshape(-1, self.obs_dim)
         n = obs.shape[0]
+        if self._stride and n != self._stride and self.n_step > 1:
+            raise ValueError(f"n-step replay needs the same number of envs in every add ({self._stride}), got {n}")
+        self._stride = n
         idx = (self._cursor + np.arange(n)) % self.capacity
         c, d = self._cols, self._data
         d[idx, c["obs"]] = obs
@@ -67,20 +75,60 @@ class UniformReplay:
         if len(self) == 0:
             raise ValueError("cannot sample from an empty replay buffer")
         idx = self._rng.integers(0, len(self), size=batch_size)
-        return self._batch(np.take(self._data, idx, axis=0))
+        return self._batch(idx, np.ones(batch_size, dtype=np.float32))
 
-    def _batch(self, rows: np.ndarray) -> Batch:
+    def update_priorities(self, td_error) -> None:
+        """Uniform replay has no priorities."""
+
+    def _batch(self, idx: np.ndarray, weight: np.ndarray) -> Batch:
         c = self._cols
+        rows = np.take(self._data, idx, axis=0)
         action = rows[:, c["action"]]
-        action = (
-            action[:, 0].astype(np.int32) if self.discrete_actions else np.ascontiguousarray(action)
-        )
+        action = action[:, 0].astype(np.int32) if self.discrete_actions else np.ascontiguousarray(action)
+        if self.n_step == 1:
+            reward = np.ascontiguousarray(rows[:, c["reward"]])
+            next_obs = np.ascontiguousarray(rows[:, c["next_obs"]])
+            discount = (self.gamma * (1.0 - rows[:, c["terminated"]])).astype(np.float32)
+        else:
+            reward, next_obs, discount = self._n_step_return(idx)
         return Batch(
             obs=np.ascontiguousarray(rows[:, c["obs"]]),
             action=action,
-            reward=np.ascontiguousarray(rows[:, c["reward"]]),
-            next_obs=np.ascontiguousarray(rows[:, c["next_obs"]]),
-            discount=(self.gamma * (1.0 - rows[:, c["terminated"]])).astype(np.float32),
+            reward=reward,
+            next_obs=next_obs,
+            discount=discount,
+            weight=weight,
+        )
+
+    def _n_step_return(self, idx: np.ndarray):
+        """n-step targets for the transitions at `idx`, vectorized over the batch:
+        reward = sum_k gamma^k r_{t+k}, bootstrapping from the last next_obs with gamma^m, where the
+        window stops early (m < n) at the end of an episode (terminated: discount 0; truncated:
+        bootstrap from the final observation) or at the newest stored transition of that env."""
+        c, d, stride = self._cols, self._data, max(self._stride, 1)
+        size = len(self)
+        # steps available after each sampled row before reaching the write cursor (same env stream)
+        age = (self._cursor - 1 - idx) % self.capacity if self._full else (size - 1 - idx)
+        available = age // stride  # how many later transitions of the same env are stored
+        reward = np.zeros(idx.shape[0], dtype=np.float64)
+        scale = np.ones(idx.shape[0], dtype=np.float64)
+        alive = np.ones(idx.shape[0], dtype=bool)
+        last = idx.copy()
+        terminated = np.zeros(idx.shape[0], dtype=bool)
+        for k in range(self.n_step):
+            row = (idx + k * stride) % self.capacity
+            use = alive & (k <= available)
+            reward += np.where(use, scale * d[row, c["reward"]], 0.0)
+            last = np.where(use, row, last)
+            scale = np.where(use, scale * self.gamma, scale)
+            ended = (d[row, c["terminated"]] > 0) | (d[row, c["truncated"]] > 0)
+            terminated |= use & (d[row, c["terminated"]] > 0)
+            alive &= use & ~ended
+        discount = np.where(terminated, 0.0, scale)
+        return (
+            reward.astype(np.float32),
+            np.ascontiguousarray(d[last, c["next_obs"]]),
+            discount.astype(np.float32),
         )
 
     def field(self, name: str) -> np.ndarray:
@@ -95,6 +143,7 @@ class UniformReplay:
             "cursor": np.asarray(self._cursor, dtype=np.int64),
             "full": np.asarray(self._full),
             "capacity": np.asarray(self.capacity, dtype=np.int64),
+            "stride": np.asarray(self._stride, dtype=np.int64),
         }
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
@@ -108,3 +157,4 @@ class UniformReplay:
         self._data[:n] = state["data"]
         self._cursor = int(state["cursor"])
         self._full = bool(state["full"])
+        self._stride = int(state.get("stride", 0))

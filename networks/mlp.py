@@ -36,3 +36,41 @@ def mlp(
         name=f"{name}_out",
     )(x)
     return keras.Model(inputs, outputs, name=name)
+
+
+def dueling_mlp(
+    input_dim: int,
+    output_dim: int,
+    hidden: Sequence[int] = (256, 256),
+    activation: str = "relu",
+    output_activation: str | None = None,
+    l2: float = 0.0,
+    name: str = "dueling",
+) -> keras.Model:
+    """Dueling architecture (Wang et al. 2016): a shared torso, then a value stream V(s) and an
+    advantage stream A(s, a), combined as Q = V + A - mean_a A. For Q-networks (discrete actions)."""
+    if output_activation is not None:
+        raise ValueError("a dueling head outputs Q-values; it takes no output activation (use network=mlp for actors)")
+    if not hidden or any(int(h) < 1 for h in hidden):
+        raise ValueError(f"network.hidden must be a non-empty list of positive sizes, got {list(hidden)}")
+    regularizer = keras.regularizers.L2(l2) if l2 > 0 else None
+    inputs = keras.Input(shape=(int(input_dim),), name=f"{name}_in")
+    x = inputs
+    for i, units in enumerate(hidden[:-1]):
+        x = keras.layers.Dense(int(units), activation=activation, kernel_regularizer=regularizer, name=f"{name}_h{i}")(x)
+    last = int(hidden[-1])
+    v = keras.layers.Dense(last, activation=activation, kernel_regularizer=regularizer, name=f"{name}_v_h")(x)
+    v = keras.layers.Dense(1, kernel_regularizer=regularizer, name=f"{name}_v")(v)
+    a = keras.layers.Dense(last, activation=activation, kernel_regularizer=regularizer, name=f"{name}_a_h")(x)
+    a = keras.layers.Dense(int(output_dim), kernel_regularizer=regularizer, name=f"{name}_a")(a)
+    q = DuelingCombine(name=f"{name}_out")([v, a])
+    return keras.Model(inputs, q, name=name)
+
+
+@keras.saving.register_keras_serializable(package="tfrl")
+class DuelingCombine(keras.layers.Layer):
+    """Q = V + A - mean(A): the mean-subtracted aggregation of the dueling paper."""
+
+    def call(self, inputs):
+        v, a = inputs
+        return v + a - keras.ops.mean(a, axis=-1, keepdims=True)

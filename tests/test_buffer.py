@@ -34,7 +34,7 @@ def test_partial_fill_and_vector_add_across_the_end():
 
 def test_truncation_keeps_the_discount_termination_zeroes_it():
     buf = filled(capacity=10, n=7, gamma=0.9)
-    batch = buf._batch(buf._data[:7])  # every stored row, as a sample would return it
+    batch = buf._batch(np.arange(7), np.ones(7, np.float32))  # every stored row, as sampled
     rows = dict(zip(batch.obs[:, 0].astype(int), batch.discount))
     assert rows[3] == 0.0  # terminated
     assert rows[4] == pytest.approx(0.9)  # truncated: still bootstraps

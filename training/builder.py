@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
+from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig
 
@@ -51,7 +52,23 @@ def build_agent(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, 
         kwargs.update(action_low=action_space.low, action_high=action_space.high)
     else:
         kwargs.update(num_actions=int(action_space.n))
-    return instantiate(cfg.agent, **kwargs)
+    return _instantiate(cfg.agent, f"{cfg.agent._target_} with network {cfg.network._target_}", **kwargs)
+
+
+def _instantiate(node: DictConfig, what: str, **kwargs):
+    """hydra.utils.instantiate, with a constructor's ValueError (a bad setting) as a ConfigError."""
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as err:
+        if not isinstance(err.__cause__, ValueError):
+            raise
+        raise ConfigError(f"cannot build {what}: {err.__cause__}") from err
+
+
+def eval_env_args(cfg: DictConfig) -> dict:
+    """Time limit and kwargs of evaluation episodes: `env.eval_max_episode_steps` when set."""
+    limit = cfg.env.get("eval_max_episode_steps") or cfg.env.max_episode_steps
+    return dict(max_episode_steps=limit, kwargs=cfg.env.kwargs)
 
 
 def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
@@ -60,7 +77,7 @@ def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
     rng = seed_everything(int(cfg.seed), deterministic=bool(cfg.deterministic))
     cls = agent_class(cfg)
     env_args = dict(max_episode_steps=cfg.env.max_episode_steps, kwargs=cfg.env.kwargs)
-    eval_env = make_env(cfg.env.id, seed=int(cfg.seed) + 100, **env_args)
+    eval_env = make_env(cfg.env.id, seed=int(cfg.seed) + 100, **eval_env_args(cfg))
     check_action_space(eval_env.action_space, cls.ACTION_KIND, cfg.env.id, cls.__name__)
     envs = make_vector_env(
         cfg.env.id, int(cfg.num_envs), seed=int(cfg.seed), vectorization=cfg.vectorization, **env_args
@@ -68,8 +85,9 @@ def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
     obs_space, action_space = envs.single_observation_space, envs.single_action_space
     agent = build_agent(cfg, obs_space, action_space, rng)
     discrete = isinstance(action_space, gym.spaces.Discrete)
-    buffer = instantiate(
+    buffer = _instantiate(
         cfg.buffer,
+        cfg.buffer._target_,
         obs_dim=int(obs_space.shape[0]),
         action_dim=1 if discrete else int(action_space.shape[0]),
         discrete_actions=discrete,
@@ -89,5 +107,6 @@ def loop_settings(cfg: DictConfig) -> LoopSettings:
         log_every=int(cfg.log_every),
         seed=int(cfg.seed),
         checkpoint_every=int(cfg.checkpoint_every),
+        train_every=int(cfg.train_every),
         progress=bool(cfg.progress),
     )

@@ -25,6 +25,7 @@ def validate(cfg: DictConfig) -> None:
     _positive_int(cfg, "eval_episodes")
     _positive_int(cfg, "num_envs")
     _positive_int(cfg, "log_every")
+    _positive_int(cfg, "train_every")
     starts = cfg.learning_starts
     if not isinstance(starts, int) or starts < 0:
         raise ConfigError(f"learning_starts must be a non-negative integer, got {starts!r}.")
@@ -39,6 +40,13 @@ def validate(cfg: DictConfig) -> None:
             f"batch_size ({batch}) is larger than the replay buffer's capacity ({capacity}); "
             f"lower batch_size or raise buffer.capacity."
         )
+    buf = cfg.buffer
+    if "n_step" in buf and (not isinstance(buf.n_step, int) or buf.n_step < 1):
+        raise ConfigError(f"buffer.n_step must be an integer >= 1 (1 = one-step returns), got {buf.n_step!r}.")
+    if "alpha" in buf and float(buf.alpha) < 0:
+        raise ConfigError(f"buffer.alpha must be >= 0 (0 samples uniformly), got {buf.alpha}.")
+    if "beta" in buf and not 0.0 <= float(buf.beta) <= 1.0:
+        raise ConfigError(f"buffer.beta must lie in [0, 1], got {buf.beta}.")
     if float(cfg.updates_per_step) < 0:
         raise ConfigError(f"updates_per_step must be >= 0, got {cfg.updates_per_step}.")
     if not 0.0 <= float(cfg.gamma) <= 1.0:

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from envs.factory import check_action_space, make_env
 from envs.video import record_videos
-from training.builder import agent_class, build_agent
+from training.builder import agent_class, build_agent, eval_env_args
 from training.checkpoints import Checkpointer, resolve_checkpoint, verify
 from training.loop import evaluate
 from training.resume import load_run_config
@@ -25,7 +25,7 @@ def evaluate_run(run_dir: str, checkpoint: str = "latest", episodes: int = 10, s
     meta = verify(path)
     configure_devices()
     rng = seed_everything(seed)
-    env_args = dict(max_episode_steps=cfg.env.max_episode_steps, kwargs=cfg.env.kwargs)
+    env_args = eval_env_args(cfg)
     env = make_env(cfg.env.id, seed=seed, **env_args)
     cls = agent_class(cfg)
     check_action_space(env.action_space, cls.ACTION_KIND, cfg.env.id, cls.__name__)

@@ -26,6 +26,7 @@ class LoopSettings:
     log_every: int
     seed: int
     checkpoint_every: int = 0  # env steps between checkpoints; 0 = none but the final one
+    train_every: int = 1  # env steps between update phases; the updates due are done together
     progress: bool = True
 
 
@@ -58,27 +59,32 @@ class LoopHooks:
 def evaluate(agent: Agent, env: gym.Env, episodes: int, seed: int) -> dict[str, float]:
     """Deterministic episodes (no exploration noise). The first reset is seeded with `seed`, so
     every evaluation of a run starts from the same initial states."""
-    returns, lengths = [], []
+    returns, lengths, successes = [], [], []
     obs, _ = env.reset(seed=seed)
     for _ in range(episodes):
-        done, ret, length = False, 0.0, 0
+        done, ret, length, info = False, 0.0, 0, {}
         while not done:
             action = agent.act(obs[None], explore=False)[0]
-            obs, reward, terminated, truncated, _ = env.step(action)
+            obs, reward, terminated, truncated, info = env.step(action)
             ret += float(reward)
             length += 1
             done = terminated or truncated
         returns.append(ret)
         lengths.append(length)
+        if "is_success" in info:  # gymnasium's convention for goal-reaching tasks
+            successes.append(float(info["is_success"]))
         obs, _ = env.reset()
     r = np.asarray(returns)
-    return {
+    result = {
         "return_mean": float(r.mean()),
         "return_std": float(r.std()),
         "return_min": float(r.min()),
         "return_max": float(r.max()),
         "length_mean": float(np.mean(lengths)),
     }
+    if successes:
+        result["success_rate"] = float(np.mean(successes))
+    return result
 
 
 def _transition_next_obs(next_obs: np.ndarray, infos: dict, done: np.ndarray) -> np.ndarray:
@@ -155,8 +161,10 @@ def train(
 
         if learning:
             st.updates_due += num_envs * s.updates_per_step
+        if learning and st.step % s.train_every < num_envs:
             while st.updates_due >= 1.0:
                 metrics = agent.update(buffer.sample(s.batch_size))
+                buffer.update_priorities(metrics.get("td_error"))
                 st.updates_due -= 1.0
                 st.updates += 1
 
@@ -164,7 +172,7 @@ def train(
             now = time.perf_counter()
             record = {"steps_per_second": (st.step - step_log) / (now - t_log), "updates": st.updates}
             if metrics is not None:
-                record.update({k: float(v) for k, v in metrics.items()})
+                record.update({k: float(v) for k, v in metrics.items() if np.ndim(v) == 0})
             logger.log("update", st.step, record)
             t_log, step_log = now, st.step
             st.next_log += s.log_every

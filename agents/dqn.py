@@ -1,0 +1,190 @@
+"""DQN (Mnih et al. 2015) with a target network, Huber or MSE loss, epsilon-greedy exploration,
+and switches for Double DQN (van Hasselt et al. 2016); a dueling head (Wang et al. 2016) comes from
+`network=dueling_mlp`.
+
+The TD target is computed for the whole batch inside the compiled update, with
+`tf.gather(..., batch_dims=1)`. The target network is copied every `target_update_every`
+updates (tau=1) or Polyak-averaged with `tau` < 1 every update. The position in the epsilon
+schedule is checkpointed with the networks.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from agents import losses
+from agents.base import COMPILE_MODES, batch_signature, compile_fn
+from buffers.types import Batch
+from networks.numpy_forward import dense_forward_fn
+
+
+class _Counter(tf.train.experimental.PythonState):
+    """A Python int saved in TensorFlow checkpoints (read at save time, so never stale)."""
+
+    def __init__(self):
+        self.value = 0
+
+    def serialize(self) -> str:
+        return str(self.value)
+
+    def deserialize(self, string_value) -> None:
+        self.value = int(string_value)
+
+
+class DQN:
+    ACTION_KIND = "discrete"
+
+    def __init__(
+        self,
+        obs_dim: int,
+        num_actions: int,
+        network: Callable[..., keras.Model],
+        rng: np.random.Generator,
+        lr: float = 1e-3,
+        double: bool = True,
+        loss: str = "huber",
+        target_update_every: int = 500,
+        tau: float = 1.0,
+        max_grad_norm: float | None = 10.0,
+        eps_start: float = 1.0,
+        eps_end: float = 0.05,
+        eps_decay_steps: int = 10000,
+        compile: str = "graph",
+        fast_act: bool = True,
+    ):
+        if compile not in COMPILE_MODES:
+            raise ValueError(f"compile must be one of {COMPILE_MODES}, got {compile!r}")
+        if loss not in ("huber", "mse"):
+            raise ValueError(f"agent.loss must be huber or mse, got {loss!r}")
+        if target_update_every < 1:
+            raise ValueError(f"agent.target_update_every must be at least 1, got {target_update_every}")
+        if not 0.0 < tau <= 1.0:
+            raise ValueError(f"agent.tau must lie in (0, 1], got {tau}")
+        if not (0.0 <= eps_end <= 1.0 and 0.0 <= eps_start <= 1.0):
+            raise ValueError(f"agent.eps_start and agent.eps_end must lie in [0, 1], got {eps_start}, {eps_end}")
+        self.obs_dim, self.num_actions = int(obs_dim), int(num_actions)
+        self.double, self.loss = bool(double), loss
+        self.target_update_every, self.tau = int(target_update_every), float(tau)
+        self.max_grad_norm = max_grad_norm
+        self.eps_start, self.eps_end, self.eps_decay_steps = float(eps_start), float(eps_end), int(eps_decay_steps)
+        self.compile_mode = compile
+        self._rng = rng
+
+        self.q = network(self.obs_dim, self.num_actions, name="q")
+        self.q_target = network(self.obs_dim, self.num_actions, name="q_target")
+        self.q_target.set_weights(self.q.get_weights())
+        self.optimizer = keras.optimizers.Adam(learning_rate=lr)
+        self.optimizer.build(self.q.trainable_variables)
+        self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
+        self.explore_steps = _Counter()  # env steps acted with exploration: the epsilon schedule's clock
+
+        self._q_fn = compile_fn(self._q_values, [tf.TensorSpec([None, self.obs_dim], tf.float32)], compile)
+        self._np_forward = dense_forward_fn(self.q) if fast_act else None
+        self._np_weights: list[np.ndarray] = []
+        self.refresh_policy()
+        sig = batch_signature(self.obs_dim, tf.TensorSpec([None], tf.int32, name="action"))
+        self._update_fn = compile_fn(self._update_and_read_q, [sig], compile)
+
+    # --- acting -------------------------------------------------------------------------
+    @property
+    def epsilon(self) -> float:
+        return losses.linear_schedule(self.eps_start, self.eps_end, self.eps_decay_steps, self.explore_steps.value)
+
+    def _q_values(self, obs: tf.Tensor) -> tf.Tensor:
+        return self.q(obs, training=False)
+
+    def refresh_policy(self) -> None:
+        if self._np_forward is not None:
+            self._np_weights = [np.array(w) for w in self.q.get_weights()]
+
+    def act(self, obs: np.ndarray, explore: bool) -> np.ndarray:
+        """Greedy actions for a batch of observations; with `explore`, each is replaced by a
+        uniform random action with probability epsilon, and the schedule advances."""
+        obs = np.asarray(obs, dtype=np.float32)
+        if self._np_forward is not None:
+            q = self._np_forward(self._np_weights, obs)
+        else:
+            q = self._q_fn(tf.convert_to_tensor(obs)).numpy()
+        action = np.argmax(q, axis=1).astype(np.int64)
+        if explore:
+            n = action.shape[0]
+            random_mask = self._rng.random(n) < self.epsilon
+            action = np.where(random_mask, self._rng.integers(0, self.num_actions, size=n), action)
+            self.explore_steps.value += n
+        return action
+
+    # --- updating -----------------------------------------------------------------------
+    def update(self, batch: Batch) -> dict[str, tf.Tensor]:
+        metrics, q_weights = self._update_fn(Batch(*(tf.convert_to_tensor(x) for x in batch)))
+        if self._np_forward is not None:
+            self._np_weights = [w.numpy() for w in q_weights]
+        metrics["epsilon"] = self.epsilon
+        return metrics
+
+    @property
+    def update_trace_count(self) -> int:
+        fn = self._update_fn
+        return fn.experimental_get_tracing_count() if hasattr(fn, "experimental_get_tracing_count") else 0
+
+    def update_graph(self):
+        fn = self._update_fn
+        return fn.get_concrete_function().graph if hasattr(fn, "get_concrete_function") else None
+
+    def _update_and_read_q(self, batch: Batch):
+        metrics = self._update(batch)
+        return metrics, ([tf.identity(v) for v in self.q.weights] if self._np_forward is not None else [])
+
+    def _update(self, batch: Batch) -> dict[str, tf.Tensor]:
+        self.updates.assign_add(1)
+        next_q_online = self.q(batch.next_obs, training=False) if self.double else None
+        next_v = losses.dqn_next_value(self.q_target(batch.next_obs, training=False), next_q_online)
+        target = losses.td_target(batch.reward, batch.discount, next_v)
+        variables = self.q.trainable_variables
+        with tf.GradientTape() as tape:
+            q_taken = losses.q_of_actions(self.q(batch.obs, training=True), batch.action)
+            loss_fn = losses.huber if self.loss == "huber" else losses.mse
+            loss = loss_fn(q_taken, target, batch.weight)
+        grads = tape.gradient(loss, variables)
+        if self.max_grad_norm:
+            grads, _ = tf.clip_by_global_norm(grads, self.max_grad_norm)
+        self.optimizer.apply_gradients(zip(grads, variables))
+        if self.tau < 1.0:
+            losses.soft_update(self.q_target.weights, self.q.weights, self.tau)
+        else:
+            tf.cond(self.updates % self.target_update_every == 0, self._hard_update, lambda: tf.constant(False))
+        return {
+            "loss": loss,
+            "q": tf.reduce_mean(q_taken),
+            "target_q": tf.reduce_mean(target),
+            "td_error": tf.abs(target - q_taken),
+        }
+
+    def _hard_update(self) -> tf.Tensor:
+        for t, o in zip(self.q_target.weights, self.q.weights):
+            t.assign(o)
+        return tf.constant(True)
+
+    def policy_module(self) -> tf.Module:
+        return _GreedyPolicy(self.q, self.obs_dim)
+
+    def trackables(self) -> dict:
+        return {
+            "q": self.q,
+            "q_target": self.q_target,
+            "optimizer": self.optimizer,
+            "updates": self.updates,
+            "explore_steps": self.explore_steps,
+        }
+
+
+class _GreedyPolicy(tf.Module):
+    def __init__(self, q: keras.Model, obs_dim: int):
+        super().__init__(name="policy")
+        self.q = q
+        self.__call__ = tf.function(self._call, input_signature=[tf.TensorSpec([None, obs_dim], tf.float32, name="obs")])
+
+    def _call(self, obs):
+        return tf.argmax(self.q(obs, training=False), axis=1, output_type=tf.int32)

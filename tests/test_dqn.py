@@ -1,0 +1,208 @@
+"""DQN maths by hand, its contract, and the Gridworld's rules."""
+import functools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from agents import losses
+from agents.dqn import DQN
+from buffers.types import Batch
+from envs.gridworld import GridworldEnv, valid_board
+from networks.mlp import dueling_mlp, mlp
+
+
+def test_q_of_actions_gathers_per_row():
+    q = tf.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    np.testing.assert_allclose(losses.q_of_actions(q, tf.constant([2, 0])), [3.0, 4.0])
+
+
+def test_double_dqn_target_by_hand():
+    q_target = tf.constant([[1.0, 5.0, 2.0], [0.0, -1.0, 3.0]])
+    q_online = tf.constant([[9.0, 0.0, 1.0], [0.0, 8.0, 1.0]])  # online argmax: 0 and 1
+    np.testing.assert_allclose(losses.dqn_next_value(q_target, q_online), [1.0, -1.0])
+    np.testing.assert_allclose(losses.dqn_next_value(q_target, None), [5.0, 3.0])  # plain max
+    reward, discount = tf.constant([1.0, 2.0]), tf.constant([0.9, 0.0])
+    target = losses.td_target(reward, discount, losses.dqn_next_value(q_target, q_online))
+    np.testing.assert_allclose(target, [1.0 + 0.9 * 1.0, 2.0])
+
+
+def test_huber_by_hand():
+    pred, target = tf.constant([0.5, 3.0, -2.0]), tf.constant([0.0, 0.0, 0.0])
+    # 0.5*0.25 ; 3 - 0.5 ; 2 - 0.5
+    assert float(losses.huber(pred, target)) == pytest.approx((0.125 + 2.5 + 1.5) / 3)
+    assert float(losses.huber(pred, target, tf.constant([2.0, 0.0, 0.0]))) == pytest.approx(0.25 / 3)
+
+
+def test_linear_schedule():
+    assert losses.linear_schedule(1.0, 0.1, 10, 0) == 1.0
+    assert losses.linear_schedule(1.0, 0.1, 10, 5) == pytest.approx(0.55)
+    assert losses.linear_schedule(1.0, 0.1, 10, 50) == pytest.approx(0.1)
+
+
+W = 0.1
+
+
+def tiny_q(input_dim, output_dim, name="q", **kw):
+    model = mlp(input_dim, output_dim, hidden=[2], activation="relu", name=name)
+    weights = []
+    for w in model.get_weights():
+        if w.ndim == 2 and w.shape[1] == output_dim:  # output layer: a different weight per action
+            w = np.tile(np.arange(1, output_dim + 1, dtype=np.float32) * W, (w.shape[0], 1))
+        elif w.ndim == 2:
+            w = np.full_like(w, W)
+        else:
+            w = np.zeros_like(w)
+        weights.append(w)
+    model.set_weights(weights)
+    return model
+
+
+def q_by_hand(obs, n_actions=3):
+    h = np.maximum(W * obs.sum(-1), 0.0)  # both hidden units equal
+    return np.stack([2 * h * W * (a + 1) for a in range(n_actions)], axis=-1)
+
+
+@pytest.mark.parametrize("double", [True, False])
+def test_dqn_first_update_by_hand(double):
+    agent = DQN(2, 3, tiny_q, np.random.default_rng(0), double=double, loss="mse", max_grad_norm=None)
+    batch = Batch(
+        obs=np.array([[1.0, 2.0], [3.0, 0.0]], np.float32),
+        action=np.array([0, 2], np.int32),
+        reward=np.array([1.0, -1.0], np.float32),
+        next_obs=np.array([[2.0, 2.0], [0.0, 1.0]], np.float32),
+        discount=np.array([0.99, 0.0], np.float32),
+        weight=np.ones(2, np.float32),
+    )
+    next_q = q_by_hand(batch.next_obs)
+    # online and target nets start equal, so double and plain DQN agree on the first update
+    y = batch.reward + batch.discount * next_q.max(-1)
+    q = q_by_hand(batch.obs)[np.arange(2), batch.action]
+    m = agent.update(batch)
+    assert float(m["target_q"]) == pytest.approx(y.mean(), rel=1e-5)
+    assert float(m["loss"]) == pytest.approx(np.mean((q - y) ** 2), rel=1e-5)
+    np.testing.assert_allclose(m["td_error"], np.abs(y - q), rtol=1e-5)
+
+
+def batch(rng, n=16, obs_dim=4, n_actions=3):
+    return Batch(rng.normal(size=(n, obs_dim)).astype(np.float32), rng.integers(0, n_actions, n).astype(np.int32),
+                 rng.normal(size=n).astype(np.float32), rng.normal(size=(n, obs_dim)).astype(np.float32),
+                 np.full(n, 0.99, np.float32), np.ones(n, np.float32))
+
+
+@pytest.mark.parametrize("network", [mlp, dueling_mlp])
+def test_dqn_traced_once_and_hard_target_sync(network):
+    net = functools.partial(network, hidden=[8, 8])
+    agent = DQN(4, 3, net, np.random.default_rng(0), target_update_every=3)
+    rng = np.random.default_rng(1)
+    for i in range(1, 7):
+        agent.update(batch(rng, n=16 + i))
+        same = all(np.array_equal(a, b) for a, b in zip(agent.q.get_weights(), agent.q_target.get_weights()))
+        assert same == (i % 3 == 0), i
+    assert agent.update_trace_count == 1
+
+
+def test_dueling_head_combines_value_and_mean_centred_advantage():
+    model = dueling_mlp(4, 3, hidden=[8, 8])
+    x = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    q = model(x).numpy()
+    trunk = model.get_layer("dueling_h0")(x)
+    v = model.get_layer("dueling_v")(model.get_layer("dueling_v_h")(trunk)).numpy()
+    a = model.get_layer("dueling_a")(model.get_layer("dueling_a_h")(trunk)).numpy()
+    np.testing.assert_allclose(q, v + a - a.mean(-1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_epsilon_greedy_schedule_and_fast_act():
+    agent = DQN(4, 3, functools.partial(mlp, hidden=[8]), np.random.default_rng(0), eps_start=1.0, eps_end=0.0, eps_decay_steps=100)
+    slow = DQN(4, 3, functools.partial(mlp, hidden=[8]), np.random.default_rng(0), fast_act=False)
+    slow.q.set_weights(agent.q.get_weights())
+    obs = np.random.default_rng(1).normal(size=(50, 4)).astype(np.float32)
+    np.testing.assert_array_equal(agent.act(obs, explore=False), slow.act(obs, explore=False))
+    greedy = agent.act(obs, explore=False)
+    assert agent.explore_steps.value == 0
+    explored = agent.act(obs, explore=True)  # epsilon 1: uniform random
+    assert agent.explore_steps.value == 50 and (explored != greedy).mean() > 0.4
+    agent.act(obs, explore=True)
+    assert agent.epsilon == 0.0
+    np.testing.assert_array_equal(agent.act(obs, explore=True), greedy)
+
+
+def test_explore_counter_is_checkpointed(tmp_path):
+    agent = DQN(4, 3, functools.partial(mlp, hidden=[8]), np.random.default_rng(0))
+    agent.act(np.zeros((7, 4), np.float32), explore=True)
+    ckpt = tf.train.Checkpoint(**agent.trackables())
+    path = ckpt.write(str(tmp_path / "c"))
+    other = DQN(4, 3, functools.partial(mlp, hidden=[8]), np.random.default_rng(0))
+    tf.train.Checkpoint(**other.trackables()).read(path).assert_consumed()
+    assert other.explore_steps.value == 7 and other.epsilon == agent.epsilon
+
+
+# --- Gridworld -------------------------------------------------------------------------------
+
+def board(env):
+    return {k: tuple(v) for k, v in env.pos.items()}
+
+
+def test_static_layout_and_observation_encoding():
+    env = GridworldEnv(mode="static", noise=0.0)
+    obs, _ = env.reset(seed=0)
+    assert board(env) == {"player": (0, 3), "goal": (0, 0), "pit": (0, 1), "wall": (1, 1)}
+    planes = obs.reshape(4, 4, 4)
+    assert planes.sum() == 4
+    for i, sq in enumerate([(0, 3), (0, 0), (0, 1), (1, 1)]):  # player, goal, pit, wall planes
+        assert planes[(i, *sq)] == 1.0
+    noisy, _ = GridworldEnv(mode="static", noise=0.1).reset(seed=0)
+    assert np.all((noisy - obs >= 0) & (noisy - obs < 0.1)) and not np.array_equal(noisy, obs)
+
+
+def test_moves_walls_edges_pit_and_goal():
+    env = GridworldEnv(mode="static", noise=0.0)
+    env.reset(seed=0)
+    _, r, term, _, _ = env.step(0)  # up from row 0: off the board, stays
+    assert env.pos["player"] == (0, 3) and r == -1 and not term
+    _, r, _, _, _ = env.step(3)  # right from column 3: off the board
+    assert env.pos["player"] == (0, 3) and r == -1
+    env.step(1)  # down to (1,3)
+    env.step(2)  # left to (1,2)
+    _, r, term, _, _ = env.step(2)  # left into the wall at (1,1): stays
+    assert env.pos["player"] == (1, 2) and r == -1 and not term
+    env.step(0)  # up to (0,2)
+    _, r, term, _, info = env.step(2)  # left into the pit at (0,1)
+    assert r == -10 and term and not info["is_success"]
+    env.reset(seed=0)
+    env.pos["player"] = (1, 0)
+    _, r, term, _, info = env.step(0)  # up into the goal at (0,0)
+    assert r == 10 and term and info["is_success"]
+
+
+def test_player_and_random_modes():
+    env = GridworldEnv(mode="player")
+    starts = set()
+    for s in range(60):
+        env.reset(seed=s)
+        b = board(env)
+        assert {k: b[k] for k in ("goal", "pit", "wall")} == {"goal": (0, 0), "pit": (0, 1), "wall": (1, 1)}
+        assert b["player"] not in {(0, 0), (0, 1), (1, 1)}
+        starts.add(b["player"])
+    assert len(starts) >= 10
+    env = GridworldEnv(mode="random")
+    layouts = set()
+    for s in range(60):
+        env.reset(seed=s)
+        b = board(env)
+        assert valid_board(b, 4) and len(set(b.values())) == 4
+        layouts.add(tuple(sorted(b.items())))
+    assert len(layouts) >= 50
+
+
+def test_valid_board_requires_a_path_to_the_goal():
+    # goal in the corner (0,0), sealed off by the pit (0,1) and the wall (1,0)
+    assert not valid_board({"player": (3, 3), "goal": (0, 0), "pit": (0, 1), "wall": (1, 0)}, 4)
+    assert valid_board({"player": (3, 3), "goal": (0, 0), "pit": (0, 1), "wall": (1, 1)}, 4)
+    assert not valid_board({"player": (0, 0), "goal": (0, 0), "pit": (0, 1), "wall": (1, 1)}, 4)
+
+
+@pytest.mark.parametrize("kwargs,message", [({"mode": "chaos"}, "mode must be one of"), ({"size": 3}, "size must be")])
+def test_gridworld_bad_settings(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        GridworldEnv(**kwargs)

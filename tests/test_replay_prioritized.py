@@ -1,0 +1,125 @@
+"""Sum tree against brute force, prioritized sampling frequencies, n-step returns by hand."""
+import numpy as np
+import pytest
+
+from buffers.prioritized import PrioritizedReplay
+from buffers.sum_tree import SumTree
+from buffers.uniform import UniformReplay
+
+
+@pytest.mark.parametrize("capacity", [1, 5, 8, 100, 1000])
+def test_sum_tree_total_and_find_match_brute_force(capacity):
+    rng = np.random.default_rng(capacity)
+    tree = SumTree(capacity)
+    pri = rng.random(capacity) * rng.integers(0, 2, capacity)  # some zeros
+    pri[0] = max(pri[0], 0.1)
+    tree.set(np.arange(capacity), pri)
+    assert tree.total == pytest.approx(pri.sum())
+    np.testing.assert_allclose(tree.get(np.arange(capacity)), pri)
+    values = rng.random(500) * pri.sum()
+    brute = np.searchsorted(np.cumsum(pri), values, side="right")
+    np.testing.assert_array_equal(tree.find(values), brute)
+    # partial updates with duplicate indices: the last value wins, sums stay exact
+    idx = rng.integers(0, capacity, 50)
+    new = rng.random(50)
+    tree.set(idx, new)
+    for i, p in zip(idx, new):
+        pri[i] = p
+    assert tree.total == pytest.approx(pri.sum())
+    assert set(tree.find(rng.random(200) * tree.total)) <= set(np.flatnonzero(pri > 0))
+
+
+def test_sum_tree_sampling_frequencies_follow_priorities():
+    tree = SumTree(6)
+    pri = np.array([1.0, 0.0, 2.0, 3.0, 0.5, 3.5])
+    tree.set(np.arange(6), pri)
+    draws = tree.find(np.random.default_rng(0).random(200_000) * tree.total)
+    freq = np.bincount(draws, minlength=6) / draws.size
+    np.testing.assert_allclose(freq, pri / pri.sum(), atol=0.005)
+
+
+def fill(buf, n, terminated_at=(), truncated_at=()):
+    for i in range(n):
+        buf.add([[float(i)]], [[0.0]], [float(i + 1)], [[i + 0.5]], [i in terminated_at], [i in truncated_at])
+
+
+def test_prioritized_sampling_and_importance_weights():
+    buf = PrioritizedReplay(8, 1, 1, 0.99, np.random.default_rng(0), alpha=1.0, beta=0.5, beta_steps=0)
+    fill(buf, 4)
+    batch = buf.sample(4)
+    np.testing.assert_allclose(batch.weight, 1.0)  # new transitions all get the max priority
+    buf.last_indices = np.arange(4)
+    buf.update_priorities(np.array([1.0, 2.0, 3.0, 4.0]) - 1e-6)  # priorities 1..4
+    counts = np.zeros(4)
+    for _ in range(3000):
+        b = buf.sample(8)
+        counts += np.bincount(b.obs[:, 0].astype(int), minlength=4)
+        # weight (N P(i))^-beta / max: with beta 1 (beta_steps=0), proportional to 1/p
+        p = b.obs[:, 0] + 1.0
+        np.testing.assert_allclose(b.weight, (1 / p) / (1 / p).max(), rtol=1e-5)
+    np.testing.assert_allclose(counts / counts.sum(), np.arange(1, 5) / 10, atol=0.01)
+    state = buf.state_dict()
+    fresh = PrioritizedReplay(8, 1, 1, 0.99, np.random.default_rng(0), alpha=1.0, beta=0.5, beta_steps=0)
+    fresh.load_state_dict(state)
+    np.testing.assert_allclose(fresh._tree.get(np.arange(4)), [1, 2, 3, 4], rtol=1e-5)
+
+
+def test_beta_anneals_to_one():
+    buf = PrioritizedReplay(8, 1, 1, 0.99, np.random.default_rng(0), beta=0.4, beta_steps=10)
+    fill(buf, 3)
+    assert buf.beta == pytest.approx(0.4)
+    for _ in range(5):
+        buf.sample(2)
+    assert buf.beta == pytest.approx(0.7)
+    for _ in range(20):
+        buf.sample(2)
+    assert buf.beta == 1.0
+
+
+@pytest.mark.parametrize("kwargs,message", [({"alpha": -0.1}, "alpha"), ({"beta": 1.5}, "beta"), ({"n_step": 0}, "n_step")])
+def test_bad_prioritized_settings(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        PrioritizedReplay(8, 1, 1, 0.99, np.random.default_rng(0), **kwargs)
+
+
+G = 0.9
+
+
+def n_step_of(buf, idx):
+    b = buf._batch(np.asarray(idx), np.ones(len(idx), np.float32))
+    return b.reward, b.next_obs[:, 0], b.discount
+
+
+def test_n_step_returns_by_hand_with_termination_and_truncation():
+    # rewards r_i = i + 1; transition 4 terminates an episode, transition 7 is truncated
+    buf = UniformReplay(20, 1, 1, G, np.random.default_rng(0), n_step=3)
+    fill(buf, 11, terminated_at={4}, truncated_at={7})
+    reward, next_obs, discount = n_step_of(buf, [0, 3, 4, 5, 6, 7, 8, 9, 10])
+    expected = [
+        (1 + G * 2 + G**2 * 3, 2.5, G**3),  # full window
+        (4 + G * 5, 4.5, 0.0),              # termination inside the window: no bootstrap
+        (5, 4.5, 0.0),                      # the terminal transition itself
+        (6 + G * 7 + G**2 * 8, 7.5, G**3),  # truncation at the window's last step: bootstrap
+        (7 + G * 8, 7.5, G**2),             # truncation inside: bootstrap from the final obs
+        (8, 7.5, G),
+        (9 + G * 10 + G**2 * 11, 10.5, G**3),
+        (10 + G * 11, 10.5, G**2),          # newest data: the window is cut at the last stored step
+        (11, 10.5, G),
+    ]
+    np.testing.assert_allclose(reward, [e[0] for e in expected], rtol=1e-6)
+    np.testing.assert_allclose(next_obs, [e[1] for e in expected])
+    np.testing.assert_allclose(discount, [e[2] for e in expected], rtol=1e-6)
+
+
+def test_n_step_with_vector_envs_follows_each_env_and_wraps():
+    buf = UniformReplay(6, 1, 1, G, np.random.default_rng(0), n_step=2)
+    # two envs interleaved: env 0 observes 0, 1, 2, ...; env 1 observes 100, 101, ...; 4 steps -> wraps
+    for t in range(4):
+        buf.add([[t], [100 + t]], [[0], [0]], [t, 100 + t], [[t + 0.5], [100 + t + 0.5]], [False, False], [False, False])
+    # rows now: [t2e0, t2e1, t3e0, t3e1, t1e0?...] -> find each by obs
+    obs = buf.field("obs")[:, 0]
+    row = {int(o): i for i, o in enumerate(obs)}
+    reward, next_obs, discount = n_step_of(buf, [row[1], row[101], row[3]])
+    np.testing.assert_allclose(reward, [1 + G * 2, 101 + G * 102, 3])
+    np.testing.assert_allclose(next_obs, [2.5, 102.5, 3.5])
+    np.testing.assert_allclose(discount, [G**2, G**2, G])
