@@ -50,7 +50,10 @@ def check_action_space(space: gym.Space, action_kind: str, env_id: str, agent_na
 
 def _make(env_id: str, max_episode_steps: int | None, kwargs: dict[str, Any]) -> gym.Env:
     _check_known(env_id)
-    return gym.make(env_id, max_episode_steps=max_episode_steps, **dict(kwargs or {}))
+    try:
+        return gym.make(env_id, max_episode_steps=max_episode_steps, **dict(kwargs or {}))
+    except (ValueError, TypeError) as err:  # a bad env setting: name it
+        raise EnvConfigError(f"cannot make {env_id} with env.kwargs={dict(kwargs or {})}: {err}") from err
 
 
 def make_env(

@@ -78,6 +78,7 @@ BATCH = Batch(
     reward=np.array([1.0, -0.5], np.float32),
     next_obs=np.array([[3.0], [0.5]], np.float32),
     discount=np.array([0.99, 0.0], np.float32),
+    weight=np.ones(2, np.float32),
 )
 
 
@@ -156,3 +157,13 @@ def test_ddpg_moves_actor_and_targets_every_update():
     after = agent.actor_target.get_weights()[0]
     online = agent.actor.get_weights()[0]
     np.testing.assert_allclose(after, 0.5 * online + 0.5 * before, rtol=1e-6)
+
+
+def test_importance_weights_scale_each_samples_loss():
+    pred, target = tf.constant([1.0, 3.0]), tf.constant([0.0, 0.0])
+    assert float(losses.mse(pred, target, tf.constant([1.0, 0.5]))) == pytest.approx((1 + 4.5) / 2)
+    w = BATCH._replace(weight=np.array([1.0, 0.0], np.float32))  # the second sample switched off
+    agent = DDPG(1, np.array([-2.0]), np.array([2.0]), tiny_net, np.random.default_rng(0))
+    q = q_by_hand(BATCH.obs, BATCH.action)
+    y = expected_critic_mse()[1]
+    assert float(agent.update(w)["critic_loss"]) == pytest.approx((q[0] - y[0]) ** 2 / 2, rel=1e-5)

@@ -54,6 +54,14 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
         (["total_steps=-5"], "total_steps must be a positive integer"),
         (["env.id=Pendulm-v1"], "Did you mean Pendulum-v1"),
         (["compile=fast"], "compile must be eager, graph or xla"),
+        (["agent=dqn", "env=pendulum"], "DQN needs a discrete action space"),
+        (["agent=dqn", "env=cartpole", "buffer=prioritized", "buffer.alpha=-1"], "buffer.alpha must be >= 0"),
+        (["agent=dqn", "env=cartpole", "buffer=prioritized", "buffer.beta=1.5"], "buffer.beta must lie in [0, 1]"),
+        (["agent=dqn", "env=cartpole", "buffer.n_step=0"], "buffer.n_step must be an integer >= 1"),
+        (["agent=dqn", "env=gridworld", "env.mode=chaos"], "Gridworld mode must be one of static, player, random"),
+        (["agent=dqn", "env=gridworld", "env.kwargs.size=3"], "Gridworld size must be an integer >= 4"),
+        (["agent=td3", "network=dueling_mlp"], "a dueling head outputs Q-values"),
+        (["agent.policy_delay=0"], "agent.policy_delay must be at least 1"),
     ],
 )
 def test_bad_input_gets_a_clear_message_and_nonzero_exit(tmp_path, overrides, message):

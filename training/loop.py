@@ -130,7 +130,7 @@ def train(
         result = evaluate(agent, eval_env, s.eval_episodes, seed=s.seed + 100)
         st.last_eval = result
         st.evals.append((st.step, result["return_mean"]))
-        logger.log("eval", st.step, result)
+        logger.log("eval", st.step, {**result, "wall_time": wall_before + time.perf_counter() - t_start})
         bar.set_postfix(eval_return=f"{result['return_mean']:.1f}")
         if result["return_mean"] > st.best_return:
             st.best_return = result["return_mean"]
@@ -197,6 +197,7 @@ def train(
         "steps": st.step,
         "updates": st.updates,
         "final_return": st.last_eval["return_mean"] if st.last_eval else float("nan"),
+        **({"final_success_rate": st.last_eval["success_rate"]} if st.last_eval and "success_rate" in st.last_eval else {}),
         "best_return": st.best_return,
         "wall_time": st.wall_time,
         "steps_per_second": st.step / st.wall_time if st.wall_time > 0 else float("nan"),
