@@ -320,3 +320,19 @@ def test_bad_run_dirs_and_foreign_checkpoints(tmp_path, reference):
     cfg_path.write_text(cfg_path.read_text().replace("- 32\n  - 32", "- 64\n  - 64"))
     proc = evaluate(f"run_dir={other}")
     assert proc.returncode == 2 and "network" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_wandb_without_network_warns_and_records_offline(tmp_path):
+    """W&B pointed at a closed port on this machine (no server, as with no network) must not fail
+    the training: a warning, then an offline run."""
+    run_dir = tmp_path / "wb_nonet"
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}
+    env.update(WANDB_BASE_URL="http://127.0.0.1:9", WANDB_API_KEY="0" * 40)
+    proc = subprocess.run(
+        [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *RUN[:-2], "total_steps=300", "checkpoint_every=0",
+         "logger.wandb=true", "wandb.init_timeout=10"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "W&B could not start online" in proc.stdout + proc.stderr
+    assert len(glob.glob(str(run_dir / "wandb" / "offline-run-*" / "run-*.wandb"))) == 1
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 300

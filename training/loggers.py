@@ -152,6 +152,7 @@ class WandbLogger:
             if mode == "offline":
                 raise
             warn(f"warning: W&B could not start online ({type(err).__name__}: {err}); logging offline to {run_dir}/wandb. Upload later with `wandb sync`.")
+            wandb.teardown()  # release the half-started online run before the offline one takes its id
             kwargs["mode"] = "offline"
             self.run = wandb.init(**kwargs)
         self.run.define_metric("global_step")

@@ -160,6 +160,6 @@ def _wandb_logger(cfg: DictConfig, run_dir: str, console) -> WandbLogger:
         name = name or hc.job.override_dirname or f"job{hc.job.num}"
     return WandbLogger(
         run_dir=run_dir, project=w.project, entity=w.entity, group=group, name=name or os.path.basename(run_dir),
-        mode=w.mode, tags=list(w.tags or []), run_id=run_id,
+        mode=w.mode, tags=list(w.tags or []), run_id=run_id, init_timeout=float(w.init_timeout),
         config=OmegaConf.to_container(cfg, resolve=True), warn=console,
     )
