@@ -55,7 +55,70 @@ def tf_seed(rng: np.random.Generator) -> int:
     return int(rng.integers(0, 2**31 - 1))
 
 
-class DeterministicActorAgent:
+class CompiledAgent:
+    """The mechanism every agent shares: one compiled update over a `Batch` (eager, graph or XLA,
+    traced once), and acting without a TensorFlow call: each update also returns the weights of
+    the acting network (actor or Q-network) as outputs of the same compiled call, and acting runs
+    that network's forward pass in numpy on them, so it never uses stale weights. A network that
+    is not a plain dense stack, or `fast_act=False`, acts through a tf.function instead.
+
+    Subclasses call `_compile(...)` at the end of their constructor and implement `_update`."""
+
+    def _compile(self, obs_dim: int, acting_net: keras.Model, action_spec: tf.TensorSpec, compile: str, fast_act: bool) -> None:
+        if compile not in COMPILE_MODES:
+            raise ValueError(f"compile must be one of {COMPILE_MODES}, got {compile!r}")
+        self.compile_mode = compile
+        self._acting_net = acting_net
+        obs_spec = [tf.TensorSpec([None, obs_dim], tf.float32)]
+        self._net_fn = compile_fn(lambda obs: acting_net(obs, training=False), obs_spec, compile)
+        self._np_forward = dense_forward_fn(acting_net) if fast_act else None
+        self._np_weights: list[np.ndarray] = []
+        self.refresh_policy()
+        self._update_fn = compile_fn(self._update_and_read_policy, [batch_signature(obs_dim, action_spec)], compile)
+
+    def _forward(self, obs: np.ndarray) -> np.ndarray:
+        """The acting network's output for a batch of observations, as numpy."""
+        obs = np.asarray(obs, dtype=np.float32)
+        if self._np_forward is not None:
+            return self._np_forward(self._np_weights, obs)
+        return self._net_fn(tf.convert_to_tensor(obs)).numpy()
+
+    def refresh_policy(self) -> None:
+        """Re-read the acting network's weights for the numpy path; call after changing them
+        outside `update` (e.g. restoring a checkpoint)."""
+        if self._np_forward is not None:
+            self._np_weights = [np.array(w) for w in self._acting_net.get_weights()]
+
+    def update(self, batch: Batch) -> dict[str, tf.Tensor]:
+        """One gradient update from a numpy batch; returns metrics as tensors, never logs."""
+        metrics, weights = self._update_fn(Batch(*(tf.convert_to_tensor(x) for x in batch)))
+        if self._np_forward is not None:
+            self._np_weights = [w.numpy() for w in weights]
+        return metrics
+
+    def _update_and_read_policy(self, batch: Batch):
+        metrics = self._update(batch)
+        # Reads ordered after the update's writes by tf.function's automatic control dependencies.
+        weights = [tf.identity(v) for v in self._acting_net.weights] if self._np_forward is not None else []
+        return metrics, weights
+
+    def _update(self, batch: Batch) -> dict[str, tf.Tensor]:
+        raise NotImplementedError
+
+    @property
+    def update_trace_count(self) -> int:
+        """How many times the update has been traced (0 in eager mode)."""
+        fn = self._update_fn
+        return fn.experimental_get_tracing_count() if hasattr(fn, "experimental_get_tracing_count") else 0
+
+    def update_graph(self):
+        """The compiled update's graph (for TensorBoard), or None in eager mode. Traces with the
+        fixed input signature without running an update."""
+        fn = self._update_fn
+        return fn.get_concrete_function().graph if hasattr(fn, "get_concrete_function") else None
+
+
+class DeterministicActorAgent(CompiledAgent):
     """State and acting shared by DDPG and TD3: a tanh actor scaled to the action box."""
 
     ACTION_KIND = "continuous"
@@ -72,8 +135,6 @@ class DeterministicActorAgent:
         compile: str,
         fast_act: bool = True,
     ):
-        if compile not in COMPILE_MODES:
-            raise ValueError(f"compile must be one of {COMPILE_MODES}, got {compile!r}")
         self.obs_dim = int(obs_dim)
         self._low_np = np.asarray(action_low, dtype=np.float32)
         self._high_np = np.asarray(action_high, dtype=np.float32)
@@ -82,7 +143,7 @@ class DeterministicActorAgent:
         self.high = tf.constant(self._high_np)
         self.half_range = tf.constant((self._high_np - self._low_np) / 2.0)
         self.exploration_noise = float(exploration_noise)
-        self.compile_mode = compile
+        self._compile_args = (compile, fast_act)
         self._rng = rng
         self._tf_rng = tf.random.Generator.from_seed(tf_seed(rng))
 
@@ -95,15 +156,10 @@ class DeterministicActorAgent:
         self.actor_optimizer.build(self.actor.trainable_variables)
         self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
 
-        self._act_fn = compile_fn(
-            self._policy, [tf.TensorSpec([None, self.obs_dim], tf.float32)], compile
-        )
-        # Fast path: act in numpy on a copy of the actor's weights that every update hands back
-        # as outputs of its compiled call, so acting never uses stale weights and costs no
-        # TensorFlow call. None when the actor is not a plain dense stack (then act via TF).
-        self._np_forward = dense_forward_fn(self.actor) if fast_act else None
-        self._np_weights: list[np.ndarray] = []
-        self.refresh_policy()
+    def _compile_update(self) -> None:
+        """Called by TD3/DDPG once their critics exist."""
+        action_spec = tf.TensorSpec([None, self.action_dim], tf.float32, name="action")
+        self._compile(self.obs_dim, self.actor, action_spec, *self._compile_args)
 
     # --- acting -------------------------------------------------------------------------
     def _policy(self, obs: tf.Tensor) -> tf.Tensor:
@@ -112,63 +168,20 @@ class DeterministicActorAgent:
     def _target_policy(self, obs: tf.Tensor) -> tf.Tensor:
         return losses.scale_action(self.actor_target(obs, training=False), self.low, self.high)
 
-    def refresh_policy(self) -> None:
-        """Re-read the actor's weights for the numpy fast path; call after changing them outside
-        `update` (e.g. restoring a checkpoint)."""
-        if self._np_forward is not None:
-            self._np_weights = [np.array(w) for w in self.actor.get_weights()]
-
     def act(self, obs: np.ndarray, explore: bool) -> np.ndarray:
         """Actions for a batch of observations; with `explore`, Gaussian noise of std
         `exploration_noise * half_range`, clipped to the action box."""
-        if self._np_forward is not None:
-            squashed = self._np_forward(self._np_weights, np.asarray(obs, dtype=np.float32))
-            action = self._low_np + (squashed + 1.0) * 0.5 * (self._high_np - self._low_np)
-        else:
-            action = self._act_fn(tf.convert_to_tensor(obs, dtype=tf.float32)).numpy()
+        half = (self._high_np - self._low_np) / 2.0
+        action = self._low_np + (self._forward(obs) + 1.0) * half
         if explore:
-            half = (self._high_np - self._low_np) / 2.0
             noise = self._rng.normal(0.0, self.exploration_noise, size=action.shape) * half
             action = np.clip(action + noise, self._low_np, self._high_np)
         return action.astype(np.float32)
-
-    # --- updating -----------------------------------------------------------------------
-    def update(self, batch: Batch) -> dict[str, tf.Tensor]:
-        """One gradient update from a numpy batch; returns metrics as tensors, never logs."""
-        metrics, actor_weights = self._update_fn(Batch(*(tf.convert_to_tensor(x) for x in batch)))
-        if self._np_forward is not None:
-            self._np_weights = [w.numpy() for w in actor_weights]
-        return metrics
-
-    @property
-    def update_trace_count(self) -> int:
-        """How many times the update has been traced (0 in eager mode)."""
-        fn = self._update_fn
-        return fn.experimental_get_tracing_count() if hasattr(fn, "experimental_get_tracing_count") else 0
 
     def policy_module(self) -> tf.Module:
         """The deterministic policy as a standalone tf.Module (for a SavedModel): `module(obs)`
         maps a batch of observations to actions in the env's action box."""
         return _DeterministicPolicy(self.actor, self._low_np, self._high_np, self.obs_dim)
-
-    def update_graph(self):
-        """The compiled update's graph (for TensorBoard), or None in eager mode. Traces with the
-        fixed input signature without running an update."""
-        fn = self._update_fn
-        return fn.get_concrete_function().graph if hasattr(fn, "get_concrete_function") else None
-
-    def _compile_update(self) -> None:
-        sig = batch_signature(self.obs_dim, tf.TensorSpec([None, self.action_dim], tf.float32, name="action"))
-        self._update_fn = compile_fn(self._update_and_read_actor, [sig], self.compile_mode)
-
-    def _update_and_read_actor(self, batch: Batch):
-        metrics = self._update(batch)
-        # Reads ordered after the update's writes by tf.function's automatic control dependencies.
-        actor = [tf.identity(v) for v in self.actor.weights] if self._np_forward is not None else []
-        return metrics, actor
-
-    def _update(self, batch: Batch) -> dict[str, tf.Tensor]:
-        raise NotImplementedError
 
 
 class _DeterministicPolicy(tf.Module):

@@ -16,9 +16,8 @@ import numpy as np
 import tensorflow as tf
 
 from agents import losses
-from agents.base import COMPILE_MODES, batch_signature, compile_fn
+from agents.base import CompiledAgent
 from buffers.types import Batch
-from networks.numpy_forward import dense_forward_fn
 
 
 class _Counter(tf.train.experimental.PythonState):
@@ -34,7 +33,7 @@ class _Counter(tf.train.experimental.PythonState):
         self.value = int(string_value)
 
 
-class DQN:
+class DQN(CompiledAgent):
     ACTION_KIND = "discrete"
 
     def __init__(
@@ -55,8 +54,6 @@ class DQN:
         compile: str = "graph",
         fast_act: bool = True,
     ):
-        if compile not in COMPILE_MODES:
-            raise ValueError(f"compile must be one of {COMPILE_MODES}, got {compile!r}")
         if loss not in ("huber", "mse"):
             raise ValueError(f"agent.loss must be huber or mse, got {loss!r}")
         if target_update_every < 1:
@@ -70,7 +67,6 @@ class DQN:
         self.target_update_every, self.tau = int(target_update_every), float(tau)
         self.max_grad_norm = max_grad_norm
         self.eps_start, self.eps_end, self.eps_decay_steps = float(eps_start), float(eps_end), int(eps_decay_steps)
-        self.compile_mode = compile
         self._rng = rng
 
         self.q = network(self.obs_dim, self.num_actions, name="q")
@@ -81,34 +77,17 @@ class DQN:
         self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
         self.explore_steps = _Counter()  # env steps acted with exploration: the epsilon schedule's clock
 
-        self._q_fn = compile_fn(self._q_values, [tf.TensorSpec([None, self.obs_dim], tf.float32)], compile)
-        self._np_forward = dense_forward_fn(self.q) if fast_act else None
-        self._np_weights: list[np.ndarray] = []
-        self.refresh_policy()
-        sig = batch_signature(self.obs_dim, tf.TensorSpec([None], tf.int32, name="action"))
-        self._update_fn = compile_fn(self._update_and_read_q, [sig], compile)
+        self._compile(self.obs_dim, self.q, tf.TensorSpec([None], tf.int32, name="action"), compile, fast_act)
 
     # --- acting -------------------------------------------------------------------------
     @property
     def epsilon(self) -> float:
         return losses.linear_schedule(self.eps_start, self.eps_end, self.eps_decay_steps, self.explore_steps.value)
 
-    def _q_values(self, obs: tf.Tensor) -> tf.Tensor:
-        return self.q(obs, training=False)
-
-    def refresh_policy(self) -> None:
-        if self._np_forward is not None:
-            self._np_weights = [np.array(w) for w in self.q.get_weights()]
-
     def act(self, obs: np.ndarray, explore: bool) -> np.ndarray:
         """Greedy actions for a batch of observations; with `explore`, each is replaced by a
         uniform random action with probability epsilon, and the schedule advances."""
-        obs = np.asarray(obs, dtype=np.float32)
-        if self._np_forward is not None:
-            q = self._np_forward(self._np_weights, obs)
-        else:
-            q = self._q_fn(tf.convert_to_tensor(obs)).numpy()
-        action = np.argmax(q, axis=1).astype(np.int64)
+        action = np.argmax(self._forward(obs), axis=1).astype(np.int64)
         if explore:
             n = action.shape[0]
             random_mask = self._rng.random(n) < self.epsilon
@@ -118,24 +97,9 @@ class DQN:
 
     # --- updating -----------------------------------------------------------------------
     def update(self, batch: Batch) -> dict[str, tf.Tensor]:
-        metrics, q_weights = self._update_fn(Batch(*(tf.convert_to_tensor(x) for x in batch)))
-        if self._np_forward is not None:
-            self._np_weights = [w.numpy() for w in q_weights]
+        metrics = super().update(batch)
         metrics["epsilon"] = self.epsilon
         return metrics
-
-    @property
-    def update_trace_count(self) -> int:
-        fn = self._update_fn
-        return fn.experimental_get_tracing_count() if hasattr(fn, "experimental_get_tracing_count") else 0
-
-    def update_graph(self):
-        fn = self._update_fn
-        return fn.get_concrete_function().graph if hasattr(fn, "get_concrete_function") else None
-
-    def _update_and_read_q(self, batch: Batch):
-        metrics = self._update(batch)
-        return metrics, ([tf.identity(v) for v in self.q.weights] if self._np_forward is not None else [])
 
     def _update(self, batch: Batch) -> dict[str, tf.Tensor]:
         self.updates.assign_add(1)
