@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A short deterministic TD3 run on Pendulum: 200 random steps, then 400 steps with updates.
 RUN = ["env=pendulum", "total_steps=600", "learning_starts=200", "eval_every=200", "eval_episodes=2",
        "batch_size=64", "network.hidden=[32,32]", "log_every=100", "checkpoint_every=200", "checkpoint_keep=2", "deterministic=true",
-       "progress=false"]
+       "logger.trace_graph=true", "progress=false"]
 
 
 def train(run_dir, *overrides, timeout=600):
@@ -80,6 +80,16 @@ def test_tensorboard_events_hold_the_named_scalars(reference):
     csv_evals = [(int(r["step"]), float(r["return_mean"])) for r in read_csv(reference / "eval.csv")]
     assert [s for s, _ in evals] == [s for s, _ in csv_evals] == [0, 200, 400, 600]
     np.testing.assert_allclose([v for _, v in evals], [v for _, v in csv_evals], rtol=1e-6)
+
+
+def test_tensorboard_holds_the_compiled_update_graph(reference):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(reference / "tb"))
+    acc.Reload()
+    graph = acc.Graph()
+    ops = {node.op for node in graph.node}
+    assert {"MatMul", "AssignVariableOp", "StatelessRandomNormalV2"} & ops and len(graph.node) > 100
 
 
 def tf_value(event):
@@ -213,7 +223,7 @@ def test_video_is_a_valid_mp4(tmp_path):
     proc = subprocess.run(
         [sys.executable, "train.py", f"hydra.run.dir={run_dir}", "env=inverted_pendulum", "total_steps=300",
          "learning_starts=100", "eval_every=1000", "eval_episodes=1", "batch_size=32", "network.hidden=[16,16]",
-         "progress=false"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+         "logger.trace_graph=true", "progress=false"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     proc = evaluate(f"run_dir={run_dir}", "episodes=1", "video=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -232,7 +242,7 @@ def test_video_is_a_valid_mp4(tmp_path):
 def test_wandb_offline_run_holds_config_and_metrics(tmp_path):
     run_dir = tmp_path / "wb"
     proc = subprocess.run(
-        [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *RUN[:-2], "total_steps=300", "checkpoint_every=0",
+        [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *RUN[:-3], "total_steps=300", "checkpoint_every=0",
          "logger.wandb=true", "wandb.mode=offline", "wandb.project=tfrl-test"],
         cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "WANDB_MODE": "offline"})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -329,7 +339,7 @@ def test_wandb_without_network_warns_and_records_offline(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}
     env.update(WANDB_BASE_URL="http://127.0.0.1:9", WANDB_API_KEY="0" * 40)
     proc = subprocess.run(
-        [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *RUN[:-2], "total_steps=300", "checkpoint_every=0",
+        [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *RUN[:-3], "total_steps=300", "checkpoint_every=0",
          "logger.wandb=true", "wandb.init_timeout=10"],
         cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
