@@ -6,7 +6,7 @@
 Each mode trains through `train.py` with `learning_starts` random steps followed by `--updates`
 steps with one update each; the figure is env steps/s over the update phase only (from the
 run's update.csv), so the random warm-up and the evaluations do not count. Results are printed
-as a table and written to benchmarks/results/compile_modes_<agent>_<env>.json.
+as a table and written to benchmarks/results/compile_modes_<agent>_<env>_<modes>_<time>.json.
 """
 from __future__ import annotations
 
@@ -60,7 +60,8 @@ def main() -> None:
     print(f"| mode | steps/s | vs {base['mode']} |\n| --- | --- | --- |")
     for r in results:
         print(f"| {r['mode']} | {r['steps_per_second']:.1f} | {r['steps_per_second'] / base['steps_per_second']:.1f}x |")
-    out = os.path.join(ROOT, "benchmarks", "results", f"compile_modes_{a.agent}_{a.env}.json")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = os.path.join(ROOT, "benchmarks", "results", f"compile_modes_{a.agent}_{a.env}_{'-'.join(r['mode'] for r in results)}_{stamp}.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         json.dump({"agent": a.agent, "env": a.env, "updates": a.updates, "results": results}, f, indent=2)
