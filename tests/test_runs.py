@@ -162,6 +162,13 @@ def test_resume_refuses_a_finished_run_without_a_larger_total(tmp_path, referenc
     assert proc.returncode == 2 and "batch_size=32 cannot be" in proc.stderr
 
 
+def test_a_new_run_never_prunes_another_runs_checkpoints(reference):
+    before = sorted(os.listdir(reference / "checkpoints"))
+    proc = train(reference)
+    assert proc.returncode == 2 and "already holds checkpoints" in proc.stderr and f"resume={reference}" in proc.stderr
+    assert sorted(os.listdir(reference / "checkpoints")) == before
+
+
 def test_resume_extends_a_finished_run(tmp_path, reference):
     run_dir = tmp_path / "extended"
     shutil.copytree(reference, run_dir)

@@ -18,7 +18,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from training.builder import build_run, loop_settings
-from training.checkpoints import Checkpointer, CheckpointError, resolve_checkpoint
+from training.checkpoints import Checkpointer, list_checkpoints, resolve_checkpoint
 from training.config import ConfigError
 from training.loggers import ConsoleLogger, CSVLogger, MultiLogger, TensorBoardLogger, WandbLogger
 from training.loop import LoopHooks, LoopState, initial_state, train
@@ -67,6 +67,11 @@ def _pickle_envs(envs) -> bytes | None:
 
 
 def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: Callable[[str], None] = print) -> dict:
+    if not resume and list_checkpoints(run_dir):
+        raise ConfigError(
+            f"{run_dir} already holds checkpoints of a run; a new run there would prune them. "
+            f"Continue it with resume={run_dir}, or start the new run in another directory."
+        )
     parts = build_run(cfg)
     settings = loop_settings(cfg)
     agent = parts.agent
