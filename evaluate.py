@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 os.environ.setdefault("MUJOCO_GL", "egl")  # headless offscreen rendering for video=true
 
 import sys

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import os
 
-# Before TensorFlow is imported anywhere: keep its C++ INFO/WARNING lines off the console.
-# Setting TF_ENABLE_ONEDNN_OPTS to its default value only silences the notice that it is unset.
+# Before TensorFlow is imported anywhere: keep its C++ INFO/WARNING lines off the console. (A few
+# lines TF 2.21 prints while loading, before its logging is set up, ignore this and still appear.)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 import logging
 import signal

@@ -2,7 +2,6 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
