@@ -98,18 +98,30 @@ def tf_value(event):
     return tf.make_ndarray(event.tensor_proto)
 
 
+LONG = "total_steps=2000"  # long enough after the first checkpoint that a signal lands mid-run
+
+
+@pytest.fixture(scope="module")
+def long_reference(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("long_reference")
+    proc = train(run_dir, LONG)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run_dir
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_resume_after_kill_reproduces_the_uninterrupted_run(tmp_path, reference, sig):
+def test_resume_after_kill_reproduces_the_uninterrupted_run(tmp_path, long_reference, sig):
+    reference = long_reference
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
-        [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *RUN], cwd=ROOT,
+        [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *RUN, LONG], cwd=ROOT,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     # wait until the run is past its first periodic checkpoint, then kill it mid-run
     deadline = time.time() + 300
     while time.time() < deadline and not glob.glob(str(run_dir / "checkpoints" / "step_0000000200")):
-        time.sleep(0.2)
-    time.sleep(1.0)
+        time.sleep(0.1)
+    time.sleep(0.3)
     assert proc.poll() is None, "run finished before it could be interrupted"
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=300)
@@ -134,7 +146,7 @@ def test_resume_after_kill_reproduces_the_uninterrupted_run(tmp_path, reference,
     ref_summary = json.loads((reference / "summary.json").read_text())
     res_summary = json.loads((run_dir / "summary.json").read_text())
     assert res_summary["final_return"] == ref_summary["final_return"]
-    assert res_summary["updates"] == ref_summary["updates"] == 400
+    assert res_summary["updates"] == ref_summary["updates"] == 1800
 
 
 def test_restored_buffer_equals_the_saved_one(reference):
