@@ -141,7 +141,8 @@ class DeterministicActorAgent(CompiledAgent):
         self.action_dim = int(self._low_np.shape[0])
         self.low = tf.constant(self._low_np)
         self.high = tf.constant(self._high_np)
-        self.half_range = tf.constant((self._high_np - self._low_np) / 2.0)
+        self._half_np = (self._high_np - self._low_np) / 2.0
+        self.half_range = tf.constant(self._half_np)
         self.exploration_noise = float(exploration_noise)
         self._compile_args = (compile, fast_act)
         self._rng = rng
@@ -168,13 +169,17 @@ class DeterministicActorAgent(CompiledAgent):
     def _target_policy(self, obs: tf.Tensor) -> tf.Tensor:
         return losses.scale_action(self.actor_target(obs, training=False), self.low, self.high)
 
+    @staticmethod
+    def _q(critic: keras.Model, obs: tf.Tensor, action: tf.Tensor) -> tf.Tensor:
+        """A critic's Q(s, a) for a batch, shape (B,)."""
+        return tf.squeeze(critic(tf.concat([obs, action], axis=-1), training=True), axis=-1)
+
     def act(self, obs: np.ndarray, explore: bool) -> np.ndarray:
         """Actions for a batch of observations; with `explore`, Gaussian noise of std
         `exploration_noise * half_range`, clipped to the action box."""
-        half = (self._high_np - self._low_np) / 2.0
-        action = self._low_np + (self._forward(obs) + 1.0) * half
+        action = self._low_np + (self._forward(obs) + 1.0) * self._half_np
         if explore:
-            noise = self._rng.normal(0.0, self.exploration_noise, size=action.shape) * half
+            noise = self._rng.normal(0.0, self.exploration_noise, size=action.shape) * self._half_np
             action = np.clip(action + noise, self._low_np, self._high_np)
         return action.astype(np.float32)
 

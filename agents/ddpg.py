@@ -49,9 +49,6 @@ class DDPG(DeterministicActorAgent):
         self._target_vars = self.actor_target.weights + self.critic_target.weights
         self._compile_update()
 
-    def _q(self, critic: keras.Model, obs: tf.Tensor, action: tf.Tensor) -> tf.Tensor:
-        return tf.squeeze(critic(tf.concat([obs, action], axis=-1), training=True), axis=-1)
-
     def _update(self, batch: Batch) -> dict[str, tf.Tensor]:
         self.updates.assign_add(1)
         next_q = self._q(self.critic_target, batch.next_obs, self._target_policy(batch.next_obs))

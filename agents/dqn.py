@@ -118,7 +118,7 @@ class DQN(CompiledAgent):
         if self.tau < 1.0:
             losses.soft_update(self.q_target.weights, self.q.weights, self.tau)
         else:
-            tf.cond(self.updates % self.target_update_every == 0, self._hard_update, lambda: tf.constant(False))
+            tf.cond(self.updates % self.target_update_every == 0, self._copy_to_target, lambda: tf.constant(False))
         return {
             "loss": loss,
             "q": tf.reduce_mean(q_taken),
@@ -126,9 +126,8 @@ class DQN(CompiledAgent):
             "td_error": tf.abs(target - q_taken),
         }
 
-    def _hard_update(self) -> tf.Tensor:
-        for t, o in zip(self.q_target.weights, self.q.weights):
-            t.assign(o)
+    def _copy_to_target(self) -> tf.Tensor:
+        losses.soft_update(self.q_target.weights, self.q.weights, 1.0)  # tau 1: a hard copy
         return tf.constant(True)
 
     def policy_module(self) -> tf.Module:

@@ -65,9 +65,6 @@ class TD3(DeterministicActorAgent):
         self._actor_loss = tf.Variable(0.0, trainable=False, name="actor_loss")
         self._compile_update()
 
-    def _q(self, critic: keras.Model, obs: tf.Tensor, action: tf.Tensor) -> tf.Tensor:
-        return tf.squeeze(critic(tf.concat([obs, action], axis=-1), training=True), axis=-1)
-
     def _update(self, batch: Batch) -> dict[str, tf.Tensor]:
         self.updates.assign_add(1)
         noise = self._tf_rng.normal(tf.shape(batch.action)) * self.target_noise * self.half_range

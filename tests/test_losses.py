@@ -1,5 +1,4 @@
 """The maths of the updates against values computed by hand."""
-import functools
 
 import numpy as np
 import pytest

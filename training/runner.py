@@ -14,7 +14,6 @@ import threading
 import uuid
 from typing import Callable
 
-import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from training.builder import build_run, loop_settings
