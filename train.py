@@ -12,6 +12,8 @@ import os
 # Before TensorFlow is imported anywhere: keep its C++ INFO/WARNING lines off the console. (A few
 # lines TF 2.21 prints while loading, before its logging is set up, ignore this and still appear.)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Allocate GPU memory as needed rather than all of it up front, so the jobs of a sweep can share a GPU.
+os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
 
 import logging
 import signal
@@ -23,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from envs.factory import EnvConfigError
 from training.config import ConfigError, validate
+from training.plugins import missing_plugin
 from training.resume import resume_config
 
 
@@ -38,12 +41,20 @@ def main(cfg: DictConfig) -> float:
     from training.checkpoints import CheckpointError
 
     logging.getLogger("absl").setLevel(logging.WARNING)  # TF's checkpoint INFO lines
+    from training.checkpoints import list_checkpoints
+
     run_dir = HydraConfig.get().runtime.output_dir
-    resume = cfg.resume is not None
     try:
-        if resume:
+        if cfg.resume == "auto" or (cfg.resume is None and _submitit_job()):
+            # The same job again (requeued by the cluster, or rerun with resume=auto): continue
+            # from its own last checkpoint if it wrote one, else start it.
+            resume = bool(list_checkpoints(run_dir))
+        elif cfg.resume is not None:
             run_dir = os.path.abspath(str(cfg.resume))
             cfg = resume_config(run_dir, list(HydraConfig.get().overrides.task))
+            resume = True
+        else:
+            resume = False
         OmegaConf.resolve(cfg)
         validate(cfg)  # before TensorFlow loads, so a typo fails in a second
         from training.runner import run_training
@@ -64,5 +75,13 @@ def main(cfg: DictConfig) -> float:
     return summary["final_return"]
 
 
+def _submitit_job() -> bool:
+    """A job of the submitit launchers: when SLURM requeues it, it finds its own checkpoints."""
+    return bool(os.environ.get("SUBMITIT_EXECUTOR")) and HydraConfig.get().mode.name == "MULTIRUN"
+
+
 if __name__ == "__main__":
+    if (problem := missing_plugin(sys.argv[1:])) is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
     main()

@@ -24,7 +24,12 @@ from training.loop import LoopHooks, LoopState, initial_state, train
 
 
 class StopSignal:
-    """SIGTERM or SIGINT asks the loop to stop after the current step; a second SIGINT forces it."""
+    """SIGTERM, SIGINT or SIGUSR2 asks the loop to stop after the current step; a second SIGINT
+    forces it. SIGUSR2 is how submitit (the SLURM launcher) announces a timeout: once the run has
+    written its checkpoint, `hand_over` passes the signal on to the handler that was there before
+    (submitit's, which requeues the job), so the cluster's own mechanism still runs."""
+
+    SIGNALS = tuple(s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGUSR2", None)) if s is not None)
 
     def __init__(self):
         self.signum: int | None = None
@@ -32,7 +37,7 @@ class StopSignal:
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in self.SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
@@ -48,6 +53,12 @@ class StopSignal:
     def requested(self) -> bool:
         return self.signum is not None
 
+    def hand_over(self) -> None:
+        """Call the previous Python handler of the signal that stopped the run, if there was one."""
+        previous = self._previous.get(self.signum)
+        if self.signum is not None and callable(previous) and previous is not signal.default_int_handler:
+            previous(self.signum, None)
+
 
 def describe(cfg: DictConfig) -> dict:
     """What a checkpoint must match to be restored into a run built from `cfg`."""
@@ -55,6 +66,24 @@ def describe(cfg: DictConfig) -> dict:
         "agent": cfg.agent._target_,
         "network": OmegaConf.to_container(cfg.network, resolve=True),
         "env_id": cfg.env.id,
+    }
+
+
+def run_identity(cfg: DictConfig, run_dir: str) -> dict:
+    """Who a run is, for summary.json and aggregate.py: agent and env (the config group choices
+    when Hydra composed the run), seed, and the command-line overrides that made it."""
+    hydra_dir = os.path.join(run_dir, ".hydra")
+    choices, overrides = {}, []
+    if os.path.exists(os.path.join(hydra_dir, "hydra.yaml")):
+        choices = OmegaConf.to_container(OmegaConf.load(os.path.join(hydra_dir, "hydra.yaml")).hydra.runtime.choices)
+    if os.path.exists(os.path.join(hydra_dir, "overrides.yaml")):
+        overrides = [str(o) for o in OmegaConf.load(os.path.join(hydra_dir, "overrides.yaml"))]
+    return {
+        "agent": choices.get("agent") or cfg.agent._target_.rsplit(".", 1)[-1].lower(),
+        "env": choices.get("env") or cfg.env.id,
+        "env_id": cfg.env.id,
+        "seed": int(cfg.seed),
+        "overrides": [o for o in overrides if not o.startswith(("resume=", "hydra."))],
     }
 
 
@@ -137,7 +166,9 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
     finally:
         logger.close()
         parts.close()
+    stop.hand_over()
     summary["run_dir"] = run_dir
+    summary.update(run_identity(cfg, run_dir))
     if not summary["stopped"]:
         with open(os.path.join(run_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)

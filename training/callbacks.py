@@ -1,0 +1,42 @@
+"""Hydra callbacks (configured under `hydra.callbacks` in conf/config.yaml)."""
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+_ABSENT = object()
+
+
+def unknown_search_keys(params: Any, config: DictConfig) -> list[str]:
+    """Keys of a sweep's search space (`hydra.sweeper.params`) that name nothing in the composed
+    config. `+key` adds a key on purpose, and config groups (agent, env, ...) are nodes, so both pass."""
+    missing = []
+    for key in params or {}:
+        key = str(key)
+        if key.startswith(("+", "hydra.", "hydra/")) or "/" in key:
+            continue
+        if OmegaConf.select(config, key.lstrip("~"), default=_ABSENT, throw_on_missing=False) is _ABSENT:
+            missing.append(key)
+    return missing
+
+
+class CheckSearchSpace(Callback):
+    """Refuse a sweep whose search space names a key the config does not have, before any job runs.
+    Without it the first job fails while composing, with a hint to add the key with `+`, which is
+    the wrong fix for a misspelled search space."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        params = OmegaConf.select(config, "hydra.sweeper.params")
+        missing = unknown_search_keys(params, config)
+        if missing:  # Hydra turns a callback's exceptions into warnings, so exit here
+            print(
+                f"error: the sweep's search space (hydra.sweeper.params) names {', '.join(missing)}, which the "
+                f"config of this run does not have (agent: {config.agent._target_}). Correct the key "
+                f"(`python train.py agent=... --cfg job` prints the config), or use the preset that "
+                f"matches the agent: hydra/sweeper=optuna_dqn for DQN, hydra/sweeper=optuna_td3 for TD3 and DDPG.",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)
