@@ -1,0 +1,157 @@
+"""Multirun sweeps as a user runs them: Hydra's real joblib, submitit_local and Optuna plugins,
+a job requeued by submitit that resumes its checkpoint, and the bad inputs of a sweep."""
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Short Pendulum runs: past learning_starts, three evaluations each.
+SHORT = ["total_steps=600", "learning_starts=200", "eval_every=200", "eval_episodes=2", "progress=false"]
+
+
+def multirun(sweep_dir, *overrides, timeout=900, config_dir=None):
+    cmd = [sys.executable, "train.py", *(["--config-dir", str(config_dir)] if config_dir else []), "-m",
+           f"hydra.sweep.dir={sweep_dir}", *overrides]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def read_csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def job_dirs(sweep_dir):
+    return sorted((p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
+
+
+def assert_complete_seed_sweep(sweep_dir, seeds):
+    jobs = job_dirs(sweep_dir)
+    assert len(jobs) == len(seeds)
+    summaries = [json.loads((job / "summary.json").read_text()) for job in jobs]
+    assert sorted(s["seed"] for s in summaries) == list(seeds)
+    for job, summary in zip(jobs, summaries):
+        assert summary["steps"] == 600 and not summary["stopped"]
+        assert summary["agent"] == "td3" and summary["env"] == "pendulum"
+        assert f"seed={summary['seed']}" in summary["overrides"]
+        assert [int(r["step"]) for r in read_csv(job / "eval.csv")] == [0, 200, 400, 600]
+        assert float(read_csv(job / "eval.csv")[-1]["return_mean"]) == summary["final_return"]
+    # every seed trained its own agent
+    assert len({s["final_return"] for s in summaries}) == len(seeds)
+    return summaries
+
+
+def test_joblib_launcher_runs_each_seed_in_its_own_job(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = multirun(sweep, "seed=0,1,2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *SHORT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Joblib.Parallel(n_jobs=2" in proc.stdout + proc.stderr
+    assert_complete_seed_sweep(sweep, [0, 1, 2])
+
+
+def test_submitit_local_launcher_runs_each_seed_in_its_own_job(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = multirun(sweep, "seed=0,1,2", "hydra/launcher=submitit_local", *SHORT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (sweep / ".submitit").is_dir()
+    assert_complete_seed_sweep(sweep, [0, 1, 2])
+
+
+def _submitit_job_pid(sweep_dir) -> int | None:
+    """The process of the submitit job running in `sweep_dir` (python -m submitit.core._submit)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        if "submitit.core._submit" in cmdline and str(sweep_dir) in cmdline:
+            return int(pid)
+    return None
+
+
+def test_preempted_submitit_job_is_requeued_and_resumes_its_checkpoint(tmp_path):
+    """SIGUSR2 is submitit's pre-emption/timeout signal: the run checkpoints, hands the signal to
+    submitit, which requeues the job, and the requeued job continues from that checkpoint."""
+    sweep = tmp_path / "sweep"
+    cmd = [sys.executable, "train.py", "-m", f"hydra.sweep.dir={sweep}", "seed=0", "total_steps=3000",
+           "learning_starts=200", "eval_every=500", "eval_episodes=2", "checkpoint_every=500",
+           "progress=false", "hydra/launcher=submitit_local"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run_dir = sweep / "0"
+    deadline = time.time() + 600
+    while not (run_dir / "checkpoints").is_dir() or not any(
+        p.name.startswith("step_") for p in (run_dir / "checkpoints").iterdir()
+    ):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.5)
+    pid = _submitit_job_pid(sweep)
+    assert pid is not None
+    os.kill(pid, signal.SIGUSR2)
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-3000:]
+
+    logs = "".join(p.read_text() for p in (sweep / ".submitit").rglob("*_log.*"))
+    assert "Requeued job" in logs
+    assert "resumed" in logs and "at step" in logs
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 3000 and not summary["stopped"]
+    steps = [int(r["step"]) for r in read_csv(run_dir / "eval.csv")]
+    assert steps == list(range(0, 3001, 500))  # each evaluation once: resumed, not restarted
+
+
+def test_optuna_sweep_of_three_trials_maximises_the_final_return(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = multirun(
+        sweep, "agent=dqn", "env=cartpole", "hydra/sweeper=optuna_dqn", "hydra.sweeper.n_trials=3",
+        "total_steps=600", "learning_starts=200", "eval_every=300", "eval_episodes=2", "progress=false",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trials = job_dirs(sweep)
+    assert len(trials) == 3
+    summaries = [json.loads((t / "summary.json").read_text()) for t in trials]
+    assert all(s["steps"] == 600 and s["agent"] == "dqn" for s in summaries)
+    # each trial ran the parameters Optuna proposed
+    assert all(any(o.startswith("agent.lr=") for o in s["overrides"]) for s in summaries)
+    results = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
+    assert results["best_value"] == max(s["final_return"] for s in summaries)
+    assert set(results["best_params"]) == {"agent.lr", "batch_size", "agent.target_update_every", "agent.eps_decay_steps"}
+
+
+def test_search_space_naming_a_missing_key_is_refused_before_any_job(tmp_path):
+    conf = tmp_path / "conf" / "hydra" / "sweeper"
+    conf.mkdir(parents=True)
+    (conf / "typo.yaml").write_text("defaults:\n  - optuna_dqn\nparams:\n  agent.lrr: tag(log, interval(1e-4, 3e-3))\n")
+    sweep = tmp_path / "sweep"
+    proc = multirun(sweep, "agent=dqn", "env=cartpole", "hydra/sweeper=typo", config_dir=tmp_path / "conf", timeout=120)
+    assert proc.returncode == 2
+    assert "search space (hydra.sweeper.params) names agent.lrr" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not any(p.is_dir() and p.name.isdigit() for p in sweep.iterdir()) if sweep.exists() else True
+
+    proc = multirun(sweep, "agent=td3", "hydra/sweeper=optuna_dqn", timeout=120)
+    assert proc.returncode == 2 and "use the preset that matches the agent" in proc.stderr
+
+
+def test_launcher_whose_plugin_is_not_installed_gets_an_install_hint(tmp_path):
+    proc = multirun(tmp_path / "sweep", "seed=0,1", "hydra/launcher=ray", timeout=120)
+    assert proc.returncode == 2
+    assert "needs Hydra's hydra-ray-launcher plugin" in proc.stderr and "uv sync --extra ray" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_slurm_preset_composes_with_requeue_settings():
+    proc = subprocess.run(
+        [sys.executable, "train.py", "hydra/launcher=slurm", "hydra.launcher.partition=gpu", "--cfg", "hydra"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    launcher = yaml.safe_load(proc.stdout)["hydra"]["launcher"]
+    assert launcher["_target_"].endswith("submitit_launcher.SlurmLauncher")
+    assert launcher["partition"] == "gpu" and launcher["gpus_per_node"] == 1
+    assert launcher["max_num_timeout"] > 0 and launcher["signal_delay_s"] > 0
