@@ -24,6 +24,7 @@ class Agent(Protocol):
 
     def act(self, obs: np.ndarray, explore: bool) -> np.ndarray: ...
     def update(self, batch: Batch) -> dict[str, tf.Tensor]: ...
+    def update_many(self, batches: Batch) -> dict[str, tf.Tensor]: ...  # K stacked batches, K updates
     def trackables(self) -> dict[str, Any]: ...
 
 
@@ -50,6 +51,11 @@ def batch_signature(obs_dim: int, action_spec: tf.TensorSpec) -> Batch:
     )
 
 
+def stacked(signature: Batch) -> Batch:
+    """The signature of K batches stacked on a new leading axis (K unknown: traced once for any K)."""
+    return Batch(*(tf.TensorSpec([None, *s.shape], s.dtype, name=f"{s.name}s") for s in signature))
+
+
 def tf_seed(rng: np.random.Generator) -> int:
     """Draw a seed for TensorFlow's in-graph generator from the run's numpy generator."""
     return int(rng.integers(0, 2**31 - 1))
@@ -74,7 +80,10 @@ class CompiledAgent:
         self._np_forward = dense_forward_fn(acting_net) if fast_act else None
         self._np_weights: list[np.ndarray] = []
         self.refresh_policy()
-        self._update_fn = compile_fn(self._update_and_read_policy, [batch_signature(obs_dim, action_spec)], compile)
+        signature = batch_signature(obs_dim, action_spec)
+        self._update_fn = compile_fn(self._update_and_read_policy, [signature], compile)
+        # traced on first use only
+        self._update_many_fn = compile_fn(self._update_many_and_read_policy, [stacked(signature)], compile)
 
     def _forward(self, obs: np.ndarray) -> np.ndarray:
         """The acting network's output for a batch of observations, as numpy."""
@@ -96,11 +105,37 @@ class CompiledAgent:
             self._np_weights = [w.numpy() for w in weights]
         return metrics
 
+    def update_many(self, batches: Batch) -> dict[str, tf.Tensor]:
+        """K gradient updates in one compiled call, the same as K calls of `update` in order:
+        `batches` holds K batches stacked on a leading axis (K >= 1). One crossing into TensorFlow
+        instead of K. Returns the last update's metrics, with `td_error` of all K batches
+        concatenated (K*B, for prioritized replay)."""
+        metrics, weights = self._update_many_fn(Batch(*(tf.convert_to_tensor(x) for x in batches)))
+        if self._np_forward is not None:
+            self._np_weights = [w.numpy() for w in weights]
+        return metrics
+
     def _update_and_read_policy(self, batch: Batch):
-        metrics = self._update(batch)
+        return self._update(batch), self._read_policy()
+
+    def _read_policy(self) -> list[tf.Tensor]:
         # Reads ordered after the update's writes by tf.function's automatic control dependencies.
-        weights = [tf.identity(v) for v in self._acting_net.weights] if self._np_forward is not None else []
-        return metrics, weights
+        return [tf.identity(v) for v in self._acting_net.weights] if self._np_forward is not None else []
+
+    def _update_many_and_read_policy(self, batches: Batch):
+        k = tf.shape(batches.reward)[0]
+        metrics = self._update(Batch(*(x[0] for x in batches)))
+        td_errors = tf.TensorArray(tf.float32, size=k, element_shape=tf.TensorShape([None]), infer_shape=False)
+        td_errors = td_errors.write(0, metrics.pop("td_error"))
+
+        def body(i, _, td_errors):
+            m = self._update(Batch(*(x[i] for x in batches)))
+            td_errors = td_errors.write(i, m.pop("td_error"))
+            return i + 1, m, td_errors
+
+        _, metrics, td_errors = tf.while_loop(lambda i, *_: i < k, body, (tf.constant(1), metrics, td_errors))
+        metrics["td_error"] = td_errors.concat()
+        return metrics, self._read_policy()
 
     def _update(self, batch: Batch) -> dict[str, tf.Tensor]:
         raise NotImplementedError

@@ -30,3 +30,10 @@ class Buffer(Protocol):
     def __len__(self) -> int: ...
     def state_dict(self) -> dict[str, np.ndarray]: ...
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None: ...
+
+
+def split_batch(batch: Batch, k: int) -> Batch:
+    """One batch of k*B transitions as k batches of B stacked on a leading axis (a reshape, no copy
+    when the arrays allow it). With uniform replay, one draw of k*B indices is k draws of B."""
+    return Batch(*(x.reshape(k, x.shape[0] // k, *x.shape[1:]) for x in batch))
+

@@ -206,3 +206,27 @@ def test_valid_board_requires_a_path_to_the_goal():
 def test_gridworld_bad_settings(kwargs, message):
     with pytest.raises(ValueError, match=message):
         GridworldEnv(**kwargs)
+
+
+@pytest.mark.parametrize("network", [mlp, dueling_mlp])
+def test_fused_dqn_updates_equal_the_same_updates_one_by_one(network):
+    """update_many crosses a hard target copy inside the fused call at the same update as one by one."""
+    net = functools.partial(network, hidden=[8, 8])
+    one_by_one = DQN(4, 3, net, np.random.default_rng(0), target_update_every=3)
+    fused = DQN(4, 3, net, np.random.default_rng(0), target_update_every=3)
+    fused.q.set_weights(one_by_one.q.get_weights())
+    fused.q_target.set_weights(one_by_one.q_target.get_weights())
+    fused.refresh_policy()
+    rng = np.random.default_rng(1)
+    for k in (4, 5):
+        batches = [batch(rng) for _ in range(k)]
+        for b in batches:
+            m_ref = one_by_one.update(b)
+        m_fused = fused.update_many(Batch(*(np.stack(xs) for xs in zip(*batches))))
+        np.testing.assert_allclose(m_fused["loss"], m_ref["loss"], rtol=1e-5)
+        np.testing.assert_allclose(m_fused["td_error"][-16:], m_ref["td_error"], rtol=1e-5, atol=1e-6)
+    for a, b in zip(one_by_one.q_target.get_weights() + one_by_one.q.get_weights(),
+                    fused.q_target.get_weights() + fused.q.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    obs = rng.normal(size=(5, 4)).astype(np.float32)
+    np.testing.assert_array_equal(fused.act(obs, False), one_by_one.act(obs, False))

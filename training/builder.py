@@ -108,5 +108,6 @@ def loop_settings(cfg: DictConfig) -> LoopSettings:
         seed=int(cfg.seed),
         checkpoint_every=int(cfg.checkpoint_every),
         train_every=int(cfg.train_every),
+        fuse_updates=bool(cfg.fuse_updates),
         progress=bool(cfg.progress),
     )

@@ -11,7 +11,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from agents.base import Agent
-from buffers.types import Buffer
+from buffers.types import Buffer, split_batch
 from training.loggers import Logger
 
 
@@ -27,6 +27,7 @@ class LoopSettings:
     seed: int
     checkpoint_every: int = 0  # env steps between checkpoints; 0 = none but the final one
     train_every: int = 1  # env steps between update phases; the updates due are done together
+    fuse_updates: bool = True  # the updates of one phase in one compiled call (agent.update_many)
     progress: bool = True
 
 
@@ -162,11 +163,16 @@ def train(
         if learning:
             st.updates_due += num_envs * s.updates_per_step
         if learning and st.step % s.train_every < num_envs:
-            while st.updates_due >= 1.0:
-                metrics = agent.update(buffer.sample(s.batch_size))
+            n = int(st.updates_due)
+            if n > 1 and s.fuse_updates:
+                metrics = agent.update_many(split_batch(buffer.sample(n * s.batch_size), n))
                 buffer.update_priorities(metrics.get("td_error"))
-                st.updates_due -= 1.0
-                st.updates += 1
+            else:
+                for _ in range(n):
+                    metrics = agent.update(buffer.sample(s.batch_size))
+                    buffer.update_priorities(metrics.get("td_error"))
+            st.updates_due -= n
+            st.updates += n
 
         if st.step >= st.next_log:
             now = time.perf_counter()
