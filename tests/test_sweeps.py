@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+import scipy.stats
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -51,7 +53,22 @@ def test_joblib_launcher_runs_each_seed_in_its_own_job(tmp_path):
     proc = multirun(sweep, "seed=0,1,2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *SHORT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Joblib.Parallel(n_jobs=2" in proc.stdout + proc.stderr
-    assert_complete_seed_sweep(sweep, [0, 1, 2])
+    summaries = assert_complete_seed_sweep(sweep, [0, 1, 2])
+
+    # aggregate.py on the real sweep: the table's numbers against a direct computation
+    agg = subprocess.run([sys.executable, "aggregate.py", str(sweep)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert agg.returncode == 0, agg.stderr
+    (row,) = read_csv(sweep / "aggregate" / "results.csv")
+    finals = np.array([s["final_return"] for s in summaries])
+    assert (row["agent"], row["env"], int(row["n_runs"]), int(row["n_incomplete"])) == ("td3", "pendulum", 3, 0)
+    np.testing.assert_allclose(float(row["mean"]), finals.mean(), rtol=1e-12)
+    np.testing.assert_allclose(float(row["iqm"]), scipy.stats.trim_mean(finals, 0.25), rtol=1e-12)
+    assert float(row["iqm_ci_low"]) <= float(row["iqm"]) <= float(row["iqm_ci_high"])
+    assert finals.min() <= float(row["mean_ci_low"]) <= float(row["mean_ci_high"]) <= finals.max()
+    assert "| td3 | pendulum | 3 |" in (sweep / "aggregate" / "results.md").read_text()
+    for png in ("curves_pendulum.png", "performance_profile.png"):
+        data = (sweep / "aggregate" / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
 
 
 def test_submitit_local_launcher_runs_each_seed_in_its_own_job(tmp_path):

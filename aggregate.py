@@ -1,0 +1,46 @@
+"""Aggregate seed sweeps: a results table (mean, IQM and their 95% bootstrap CIs per agent x env),
+learning curves per env and a performance profile across envs, with rliable's methods.
+
+    python train.py -m agent=td3,ddpg env=hopper,walker2d seed=0,1,2
+    python aggregate.py multirun/2026-11-21/12-00-00                  # -> multirun/.../aggregate/
+    python aggregate.py sweep_a sweep_b outputs/2026-11-22/09-00-00 --by buffer --out results/
+    python aggregate.py multirun/... --by agent.tau --reps 10000 --seed 1
+
+The methods and how incomplete runs are handled: training/aggregate.py.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from training.aggregate import AggregateError, aggregate
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Aggregate the runs under sweep dirs (multirun/<date>/<time>) or run dirs: results.md, "
+                    "results.csv, curves_<env>.png and performance_profile.png.")
+    parser.add_argument("paths", nargs="+", help="sweep dirs or run dirs, searched recursively for runs")
+    parser.add_argument("--by", action="append", default=[], metavar="KEY",
+                        help="also group by this key: a config group (buffer, network) or a dotted config key "
+                             "(agent.tau); repeat it or separate keys with commas")
+    parser.add_argument("--out", default=None, help="output dir (default: <first path>/aggregate)")
+    parser.add_argument("--reps", type=int, default=2000, help="bootstrap replicates (default 2000; rliable uses 50000)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
+    parser.add_argument("--complete-only", action="store_true",
+                        help="leave out runs without summary.json (listed as skipped) instead of counting their last evaluation")
+    args = parser.parse_args(argv)
+    try:
+        report = aggregate(args.paths, by=args.by, out=args.out, reps=args.reps, seed=args.seed,
+                           complete_only=args.complete_only)
+    except AggregateError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(report.markdown)
+    for path in report.files:
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

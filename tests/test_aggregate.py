@@ -1,0 +1,303 @@
+"""aggregate.py: rliable's statistics against direct computations, and the CLI end to end on
+synthetic run dirs written in the format train.py writes (.hydra/*.yaml, eval.csv, summary.json)."""
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+from scipy.stats import trim_mean
+
+from training.aggregate import (
+    aggregate,
+    iqm,
+    minmax_normalize,
+    performance_profile,
+    run_score_distribution,
+    stratified_bootstrap_ci,
+)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV_IDS = {"hopper": "Hopper-v5", "walker2d": "Walker2d-v5", "pendulum": "Pendulum-v1"}
+TARGETS = {"td3": "agents.td3.TD3", "ddpg": "agents.ddpg.DDPG"}
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+# ----------------------------------------------------------------------------------------------
+# The statistics.
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 17, 100])
+def test_iqm_matches_scipy_trim_mean(n):
+    x = np.random.default_rng(n).normal(100.0, 30.0, size=n)
+    assert iqm(x) == trim_mean(x, 0.25)
+    m = np.random.default_rng(n + 1).normal(size=(n, 6))
+    np.testing.assert_array_equal(iqm(m, axis=0), trim_mean(m, 0.25, axis=0))
+    np.testing.assert_array_equal(iqm(m.T, axis=1), trim_mean(m.T, 0.25, axis=1))
+    assert iqm(m, axis=None) == trim_mean(m, 0.25, axis=None)
+
+
+def test_iqm_is_the_mean_below_four_runs_and_the_middle_half_above():
+    for x in ([3.0], [1.0, 5.0], [1.0, 2.0, 9.0]):
+        assert iqm(x) == pytest.approx(np.mean(x))  # floor(0.25 n) = 0: nothing trimmed
+    assert iqm([100.0, 1.0, 2.0, -50.0]) == pytest.approx(1.5)  # n=4: one cut from each end
+    assert iqm([0.0, 1.0, 2.0, 3.0, 1000.0]) == pytest.approx(2.0)  # n=5: one cut, mean of 1, 2, 3
+    assert iqm(list(range(10))) == pytest.approx(np.mean(range(2, 8)))  # n=10: two cut from each end
+
+
+def direct_bootstrap(tasks, statistic, reps, seed, alpha=0.05):
+    """The documented draws (per task in order, a reps x n index matrix), then a plain loop."""
+    rng = np.random.default_rng(seed)
+    draws = [rng.integers(0, len(t), size=(reps, len(t))) for t in tasks]
+    values = []
+    for r in range(reps):
+        resampled = []
+        for t, d in zip(tasks, draws):
+            resampled.append([t[i] for i in d[r]])
+        values.append(statistic(resampled))
+    return np.percentile(values, 100 * alpha / 2, axis=0), np.percentile(values, 100 * (1 - alpha / 2), axis=0)
+
+
+def test_stratified_bootstrap_matches_a_direct_computation():
+    g = np.random.default_rng(3)
+    tasks = [g.normal(0, 1, 3), g.normal(5, 2, 5), g.normal(-1, 0.5, 4)]
+    pooled_iqm = lambda s: trim_mean(np.concatenate([np.asarray(t) for t in s]), 0.25)
+    low, high = stratified_bootstrap_ci(tasks, lambda s: iqm(np.concatenate(s)), 500, np.random.default_rng(11))
+    d_low, d_high = direct_bootstrap(tasks, pooled_iqm, 500, 11)
+    assert low == pytest.approx(d_low, abs=1e-12) and high == pytest.approx(d_high, abs=1e-12)
+    point = iqm(np.concatenate(tasks))
+    assert low <= point <= high and low < high
+
+    # one task: the plain bootstrap over its runs; a vector statistic gives elementwise intervals
+    x = g.normal(10, 3, 7)
+    (m_low, i_low), (m_high, i_high) = stratified_bootstrap_ci([x], lambda s: [np.mean(s[0]), iqm(s[0])], 300,
+                                                              np.random.default_rng(5), alpha=0.1)
+    (dm_low, di_low), (dm_high, di_high) = direct_bootstrap([x], lambda s: [np.mean(s[0]), trim_mean(s[0], 0.25)],
+                                                            300, 5, alpha=0.1)
+    assert (m_low, m_high, i_low, i_high) == pytest.approx((dm_low, dm_high, di_low, di_high), abs=1e-12)
+    assert m_low <= np.mean(x) <= m_high and i_low <= iqm(x) <= i_high
+
+
+def test_stratified_bootstrap_resamples_within_each_task():
+    # task means 0 and 100: a draw mixing the tasks would move the per-task means; stratified, it cannot
+    tasks = [np.zeros(4), np.full(3, 100.0)]
+    low, high = stratified_bootstrap_ci(tasks, lambda s: [np.mean(s[0]), np.mean(s[1])], 200, np.random.default_rng(0))
+    np.testing.assert_array_equal(low, [0.0, 100.0])
+    np.testing.assert_array_equal(high, [0.0, 100.0])
+
+
+def test_identical_scores_collapse_the_interval_to_the_point():
+    x = np.full(6, -1234.5)
+    (m_low, i_low), (m_high, i_high) = stratified_bootstrap_ci([x], lambda s: [np.mean(s[0]), iqm(s[0])], 200,
+                                                              np.random.default_rng(0))
+    assert m_low == m_high == np.mean(x) and i_low == i_high == iqm(x) == -1234.5
+
+
+def test_performance_profile_matches_a_direct_computation():
+    g = np.random.default_rng(4)
+    tasks = [g.uniform(0, 1, 3), g.uniform(0, 1, 3), g.uniform(0, 1, 5)]
+    taus = np.linspace(0, 1, 21)
+
+    def direct(scores_by_task):
+        out = []
+        for tau in taus:
+            fractions = [sum(1 for s in task if s > tau) / len(task) for task in scores_by_task]
+            out.append(sum(fractions) / len(fractions))
+        return np.array(out)
+
+    np.testing.assert_allclose(run_score_distribution(tasks, taus), direct(tasks))
+    point, low, high = performance_profile(tasks, taus, 300, np.random.default_rng(9))
+    d_low, d_high = direct_bootstrap(tasks, direct, 300, 9)
+    np.testing.assert_allclose(point, direct(tasks))
+    np.testing.assert_allclose(low, d_low, atol=1e-12)
+    np.testing.assert_allclose(high, d_high, atol=1e-12)
+    assert np.all(low <= point + 1e-12) and np.all(point <= high + 1e-12)
+    # equal runs per task: the fraction of all runs
+    equal = tasks[:2]
+    pooled = np.concatenate(equal)
+    np.testing.assert_allclose(run_score_distribution(equal, taus), [np.mean(pooled > t) for t in taus])
+
+
+def test_minmax_normalize():
+    np.testing.assert_allclose(minmax_normalize([-10.0, 0.0, 30.0], -10.0, 30.0), [0.0, 0.25, 1.0])
+    np.testing.assert_array_equal(minmax_normalize([5.0, 5.0], 5.0, 5.0), [1.0, 1.0])
+
+
+# ----------------------------------------------------------------------------------------------
+# Synthetic run dirs, in the format train.py writes.
+
+
+def make_run(run_dir, agent="td3", env="hopper", seed=0, returns=(0.0, 10.0, 20.0), eval_every=1000, complete=True,
+             target=None, env_id=None, buffer="uniform", tau=0.005, overrides=(), eval_csv=True):
+    hydra = os.path.join(run_dir, ".hydra")
+    os.makedirs(hydra)
+    steps = [i * eval_every for i in range(len(returns))]
+    cfg = {"seed": seed, "total_steps": 3000, "batch_size": 256, "compile": "graph",
+           "agent": {"_target_": target or TARGETS[agent], "tau": tau, "compile": "${compile}"},
+           "buffer": {"_target_": f"buffers.{buffer}.Replay", "capacity": 1000000},
+           "env": {"id": env_id or ENV_IDS[env], "total_steps": 3000}}
+    OmegaConf.save(OmegaConf.create(cfg), os.path.join(hydra, "config.yaml"))
+    choices = {"env": env, "buffer": buffer, "network": "mlp", "agent": agent, "tuned": f"{agent}_{env}",
+               "hydra/launcher": "basic"}
+    OmegaConf.save(OmegaConf.create({"hydra": {"runtime": {"choices": choices}}}), os.path.join(hydra, "hydra.yaml"))
+    lines = [f"agent={agent}", f"env={env}", f"seed={seed}", "progress=false", *overrides]
+    OmegaConf.save(OmegaConf.create(lines), os.path.join(hydra, "overrides.yaml"))
+    if eval_csv:
+        with open(os.path.join(run_dir, "eval.csv"), "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["step", "return_mean", "return_std", "return_min", "return_max", "length_mean", "wall_time"])
+            for i, (step, ret) in enumerate(zip(steps, returns)):
+                w.writerow([step, ret, 1.0, ret - 1, ret + 1, 1000.0, 0.5 * i])
+    if complete:
+        summary = {"stopped": False, "steps": steps[-1], "updates": steps[-1], "final_return": returns[-1],
+                   "best_return": max(returns), "wall_time": 9.0, "steps_per_second": 100.0, "signal": None,
+                   "run_dir": run_dir, "agent": agent, "env": env, "env_id": env_id or ENV_IDS[env], "seed": seed,
+                   "overrides": lines}
+        with open(os.path.join(run_dir, "summary.json"), "w") as f:
+            json.dump(summary, f)
+
+
+def make_sweep(root, agents=("td3", "ddpg"), envs=("hopper", "walker2d"), seeds=(0, 1, 2), **kw):
+    """multirun/<date>/<time>/<job>/ with one run per agent x env x seed; returns {(agent, env): finals}."""
+    os.makedirs(root)
+    with open(os.path.join(root, "multirun.yaml"), "w") as f:
+        f.write("hydra:\n  mode: MULTIRUN\n")
+    finals, job = {}, 0
+    for agent in agents:
+        for env in envs:
+            for seed in seeds:
+                base = {"td3": 1000.0, "ddpg": 600.0}[agent] * (1 if env == "hopper" else 2)
+                final = base + 37.0 * seed ** 2 - 11.0 * seed
+                make_run(os.path.join(root, str(job)), agent, env, seed, (0.0, base / 2 + seed, final), **kw)
+                finals.setdefault((agent, env), []).append(final)
+                job += 1
+    return finals
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "aggregate.py", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+
+def read_rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+# ----------------------------------------------------------------------------------------------
+# End to end.
+
+
+def test_end_to_end_two_agents_two_envs_three_seeds(tmp_path):
+    sweep = str(tmp_path / "multirun" / "2026-11-21" / "12-00-00")
+    finals = make_sweep(sweep)
+    # a second sweep dir: a td3/hopper run stopped early (no summary.json, ends at step 1000),
+    # a run without eval.csv and one with an empty eval.csv
+    other = str(tmp_path / "multirun" / "2026-11-21" / "13-00-00")
+    make_run(os.path.join(other, "0"), "td3", "hopper", seed=3, returns=(0.0, 700.0), complete=False)
+    finals[("td3", "hopper")].append(700.0)
+    make_run(os.path.join(other, "1"), "td3", "hopper", seed=4, eval_csv=False, complete=False)
+    make_run(os.path.join(other, "2"), "td3", "hopper", seed=5, returns=(), complete=False)
+
+    proc = cli(sweep, other, "--reps", 300)
+    assert proc.returncode == 0, proc.stderr
+    out = os.path.join(sweep, "aggregate")
+    rows = read_rows(os.path.join(out, "results.csv"))
+    assert [(r["agent"], r["env"]) for r in rows] == [("ddpg", "hopper"), ("ddpg", "walker2d"),
+                                                      ("td3", "hopper"), ("td3", "walker2d")]
+    for r in rows:
+        x = np.array(finals[(r["agent"], r["env"])])
+        assert int(r["n_runs"]) == len(x)
+        assert float(r["mean"]) == pytest.approx(np.mean(x), rel=1e-12)
+        assert float(r["iqm"]) == pytest.approx(trim_mean(x, 0.25), rel=1e-12)
+        assert float(r["mean_ci_low"]) <= float(r["mean"]) <= float(r["mean_ci_high"])
+        assert float(r["iqm_ci_low"]) <= float(r["iqm"]) <= float(r["iqm_ci_high"])
+    td3_hopper = rows[2]
+    assert td3_hopper["n_incomplete"] == "1" and td3_hopper["final_step_min"] == "1000" and td3_hopper["final_step_max"] == "2000"
+    assert float(td3_hopper["iqm"]) != pytest.approx(np.mean(finals[("td3", "hopper")]))  # 4 runs: the ends are cut
+
+    for name in ("curves_hopper.png", "curves_walker2d.png", "performance_profile.png"):
+        path = os.path.join(out, name)
+        assert os.path.getsize(path) > 0
+        with open(path, "rb") as f:
+            assert f.read(8) == PNG
+    with open(os.path.join(out, "results.md")) as f:
+        md = f.read()
+    for text in (proc.stdout, md):
+        assert "incomplete" in text and "seed=3 (13-00-00/0) at step 1000" in text
+        assert "runs end at steps 2000 (3 runs), 1000 (1 run, incomplete: seed=3 (13-00-00/0))" in text
+        assert "learning curve solid to step 1000, the last evaluation all 4 runs have; dashed beyond it over " \
+               "the runs that went on (3 runs to step 2000)" in text
+        assert "13-00-00/1: no eval.csv" in text and "13-00-00/2: eval.csv holds no evaluation rows" in text
+        assert "min-max" in text
+    assert "| td3 | hopper | 4 |" in proc.stdout
+    assert f"wrote {os.path.join(out, 'results.csv')}" in proc.stdout
+
+    # reproducible: the same seed gives the same file; --complete-only leaves the stopped run out
+    again = str(tmp_path / "again")
+    assert cli(sweep, other, "--reps", 300, "--out", again).returncode == 0
+    with open(os.path.join(out, "results.csv")) as a, open(os.path.join(again, "results.csv")) as b:
+        assert a.read() == b.read()
+    proc = cli(sweep, other, "--reps", 300, "--out", again, "--complete-only")
+    assert proc.returncode == 0, proc.stderr
+    assert "left out by --complete-only" in proc.stdout
+    rows = read_rows(os.path.join(again, "results.csv"))
+    assert rows[2]["n_runs"] == "3" and float(rows[2]["mean"]) == pytest.approx(np.mean(finals[("td3", "hopper")][:3]))
+
+
+def test_by_keys_from_choices_overrides_and_config(tmp_path):
+    root = str(tmp_path / "sweep")
+    # td3 on pendulum, 2 buffers x 2 tau values x 2 seeds; tau set on the command line for half of them
+    job = 0
+    for buffer in ("uniform", "prioritized"):
+        for tau in (0.005, 0.01):
+            for seed in (0, 1):
+                overrides = [f"buffer={buffer}"] + ([f"agent.tau={tau}"] if tau != 0.005 else [])
+                make_run(os.path.join(root, str(job)), env="pendulum", seed=seed, buffer=buffer, tau=tau,
+                         returns=(0.0, 100.0 * job), overrides=overrides)
+                job += 1
+    report = aggregate([root], by=["buffer"], reps=50)
+    assert [(r["buffer"], r["n_runs"]) for r in report.rows] == [("prioritized", 4), ("uniform", 4)]
+    assert "runs differ in agent.tau (0.005: 2 run(s), 0.01: 2 run(s)); split them with --by agent.tau" in report.markdown
+    report = aggregate([root], by=["buffer,agent.tau"], reps=50, out=str(tmp_path / "out"))
+    assert [(r["buffer"], r["agent.tau"], r["n_runs"]) for r in report.rows] == [
+        ("prioritized", "0.005", 2), ("prioritized", "0.01", 2), ("uniform", "0.005", 2), ("uniform", "0.01", 2)]
+    assert "runs differ" not in report.markdown
+    header = read_rows(os.path.join(str(tmp_path / "out"), "results.csv"))[0].keys()
+    assert list(header)[:4] == ["agent", "env", "buffer", "agent.tau"]
+    # a config key with an interpolation (agent.compile: ${compile}) resolves
+    report = aggregate([root], by=["agent.compile"], reps=20, out=str(tmp_path / "out2"))
+    assert report.rows[0]["agent.compile"] == "graph"
+
+
+# ----------------------------------------------------------------------------------------------
+# Bad input: exit code 2, one clear message, no traceback.
+
+
+def assert_usage_error(proc, *fragments):
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr, proc.stderr
+    for fragment in fragments:
+        assert fragment in proc.stderr, proc.stderr
+
+
+def test_bad_input(tmp_path):
+    assert_usage_error(cli(tmp_path / "nope"), "nope does not exist", "pass a sweep dir")
+    os.makedirs(tmp_path / "empty" / "sub")
+    assert_usage_error(cli(tmp_path / "empty"), "no run directories (with .hydra/config.yaml) found under",
+                       "pass a sweep dir (multirun/<date>/<time>) or a run dir")
+    # two sweeps where agent=td3 meant different classes
+    make_sweep(str(tmp_path / "a"), agents=("td3",), envs=("hopper",))
+    make_sweep(str(tmp_path / "b"), agents=("td3",), envs=("hopper",), target="agents.td3_v2.TD3")
+    assert_usage_error(cli(tmp_path / "a", tmp_path / "b"), "td3/hopper", "agents.td3.TD3", "agents.td3_v2.TD3",
+                       str(tmp_path / "b"), "--by", "separately")
+    # the same env name, different env ids
+    make_sweep(str(tmp_path / "c"), agents=("td3",), envs=("hopper",), env_id="Hopper-v4")
+    assert_usage_error(cli(tmp_path / "a", tmp_path / "c"), "env ids", "Hopper-v4", "Hopper-v5")
+    assert_usage_error(cli(tmp_path / "a", "--by", "agent.nonexistent"), "--by agent.nonexistent", "no run has this key")
+    # the mixed sweeps aggregate once split by the class
+    proc = cli(tmp_path / "a", tmp_path / "b", "--by", "agent._target_", "--reps", 50)
+    assert proc.returncode == 0, proc.stderr

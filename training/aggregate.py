@@ -1,0 +1,843 @@
+"""Aggregate the runs of one or more seed sweeps: tables, learning curves and performance profiles
+with the interval estimates of rliable (Agarwal et al. 2021, "Deep Reinforcement Learning at the
+Edge of the Statistical Precipice").
+
+    python aggregate.py multirun/2026-11-21/12-00-00 [more sweep or run dirs] [--by buffer] [--out DIR]
+
+Runs. Every directory holding `.hydra/config.yaml` under the given paths is a run (the search does
+not descend into a run). A run's score over time is the `return_mean` column of its `eval.csv`; its
+final return is its last evaluation. Runs are grouped by agent x env (the Hydra config group
+choices in `.hydra/hydra.yaml`) and by any `--by` keys. A `--by` value comes, in this order, from
+the config group choices (`buffer`, `network`, ...), the run's overrides (`agent.tau=0.01`), or the
+saved config by dotted key (`agent.tau`).
+
+Statistics (all over runs, never over the episodes inside one evaluation):
+- IQM, the interquartile mean: the mean of the middle 50% of the scores, i.e.
+  `scipy.stats.trim_mean(x, 0.25)`: floor(n/4) scores are cut from each end, so for n < 4 it is
+  the plain mean.
+- Confidence intervals: 95% percentile intervals of the stratified bootstrap. Each replicate
+  resamples the runs of every task (stratum) with replacement, independently per task, and
+  recomputes the statistic; the interval is the 2.5th and 97.5th percentile of the replicates
+  (rliable uses 50000 replicates; the default here is 2000, `--reps`). A row of the table is a
+  single task, so its CI is the plain bootstrap over that group's runs. Each interval draws from its
+  own generator seeded with (`--seed`, a hash of what it estimates), so the output is reproducible
+  and one group's interval does not change when other runs join the aggregation.
+- Learning curves (one PNG per env): the IQM over runs of the eval return at each eval step, with
+  the 95% bootstrap CI band; as in rliable, a replicate resamples whole runs (the same runs at every
+  step). The curve of a group is solid over the eval steps that all its runs have. When runs end at
+  different steps (incomplete runs), it goes on dashed past the last evaluation every run reached,
+  with a lighter band, over the runs that went on, as long as at least 2 of them remain: the IQM
+  of fewer runs is a different estimate and may jump where a run drops out, so it is drawn apart.
+  The notes say where a curve turns dashed, over how many runs, and which steps are not drawn.
+- Performance profile (one PNG over all envs): for every group without the env (e.g. each agent),
+  the run-score distribution F(tau) = mean over envs of the fraction of the group's runs whose
+  normalized final return exceeds tau (with equal runs per env this is the fraction of all runs),
+  with a 95% stratified-bootstrap band. There are no reference scores, so scores are min-max
+  normalized per env over the final returns of all runs of that env in this aggregation:
+  (R - min) / (max - min). They are relative to these runs only (an env where every run has the
+  same final return normalizes to 1). The same normalization gives the "across envs" table: the
+  mean (mean over envs of the per-env means, rliable's aggregate mean) and the IQM of the pooled
+  normalized runs (rliable's aggregate IQM), with stratified-bootstrap CIs.
+
+What is not clean is reported, never dropped silently: runs without summary.json (stopped, crashed
+or still running) count with their last evaluation and are listed as incomplete (with
+`--complete-only` they are left out and listed as skipped); unreadable eval.csv rows and a last row
+cut off mid-write are left out and listed; groups whose
+runs end at different steps are listed with the steps; runs with no or an empty eval.csv are
+listed as skipped with the reason; runs of a group that differ in overrides other than the seed
+are noted. Input that cannot be aggregated raises AggregateError: a missing path, a directory
+without runs, a group whose runs use different agent classes or env ids under one name, and a
+`--by` key no run has.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+CONFIDENCE = 0.95
+TAUS = np.linspace(0.0, 1.0, 101)  # thresholds of the performance profile (normalized scores)
+# Overrides that do not change what a run learns; a group whose runs differ only in these is not noted.
+_NEUTRAL_OVERRIDES = ("seed", "progress", "log_every", "logger", "wandb", "checkpoint_every", "checkpoint_keep",
+                      "save_buffer", "save_best", "resume", "hydra", "compile", "vectorization")
+_UNSET = "(unset)"
+_MISSING = object()
+
+
+class AggregateError(Exception):
+    """Input that cannot be aggregated; the message names the problem and the fix."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Statistics: small pure functions.
+
+
+def iqm(scores, axis: int | None = 0):
+    """Interquartile mean, exactly `scipy.stats.trim_mean(scores, 0.25, axis)`: the mean of the
+    scores left after cutting floor(n/4) from each end along `axis` (None: all scores)."""
+    a = np.asarray(scores)
+    if a.size == 0:
+        return np.nan
+    if axis is None:
+        a, axis = a.ravel(), 0
+    n = a.shape[axis]
+    low = int(0.25 * n)
+    high = n - low
+    part = np.partition(a, (low, high - 1), axis)  # as scipy does, so the sums match to the bit
+    sl = [slice(None)] * part.ndim
+    sl[axis] = slice(low, high)
+    return np.mean(part[tuple(sl)].astype(float, copy=False), axis=axis)
+
+
+def stratified_bootstrap_ci(
+    scores_by_task: Sequence,
+    statistic: Callable[[list[np.ndarray]], float | np.ndarray],
+    reps: int = 2000,
+    rng: np.random.Generator | None = None,
+    alpha: float = 1 - CONFIDENCE,
+) -> tuple:
+    """Percentile interval of `statistic` under the stratified bootstrap.
+
+    `scores_by_task` holds one array per task (stratum) whose first axis is the runs (a 2-D array
+    resamples whole rows, e.g. runs x eval steps). For each of `reps` replicates, the runs of every
+    task are drawn with replacement, as many as the task has, and `statistic` is applied to the list
+    of resampled arrays; it returns a number or a 1-D array. The interval is the (alpha/2,
+    1 - alpha/2) percentiles of the replicates, elementwise. Draws: for each task in order,
+    `rng.integers(0, n_task, size=(reps, n_task))`."""
+    tasks = [np.asarray(s, dtype=float) for s in scores_by_task]
+    if not tasks or any(len(t) == 0 for t in tasks):
+        raise ValueError("every task needs at least one run")
+    rng = rng if rng is not None else np.random.default_rng(0)
+    draws = [rng.integers(0, len(t), size=(reps, len(t))) for t in tasks]
+    replicates = np.asarray([statistic([t[d[r]] for t, d in zip(tasks, draws)]) for r in range(reps)], dtype=float)
+    low, high = np.percentile(replicates, [100 * alpha / 2, 100 * (1 - alpha / 2)], axis=0)
+    return low, high
+
+
+def run_score_distribution(scores_by_task: Sequence, taus) -> np.ndarray:
+    """F(tau) for each tau: the mean over tasks of the fraction of the task's runs with score > tau."""
+    taus = np.asarray(taus, dtype=float)
+    return np.mean([np.mean(np.asarray(s, dtype=float)[:, None] > taus[None, :], axis=0) for s in scores_by_task], axis=0)
+
+
+def performance_profile(scores_by_task: Sequence, taus=TAUS, reps: int = 2000,
+                        rng: np.random.Generator | None = None, alpha: float = 1 - CONFIDENCE):
+    """rliable's run-score performance profile: (F(tau), CI low, CI high) over `taus`, the band
+    from the stratified bootstrap over the runs of each task."""
+    point = run_score_distribution(scores_by_task, taus)
+    low, high = stratified_bootstrap_ci(scores_by_task, lambda s: run_score_distribution(s, taus), reps, rng, alpha)
+    return point, low, high
+
+
+def minmax_normalize(scores, low: float, high: float) -> np.ndarray:
+    """(scores - low) / (high - low); all 1 when high == low (every run reached the best score)."""
+    scores = np.asarray(scores, dtype=float)
+    if high == low:
+        return np.ones_like(scores)
+    return (scores - low) / (high - low)
+
+
+def aggregate_mean(scores_by_task: Sequence) -> float:
+    """rliable's aggregate mean: the mean over tasks of the per-task mean."""
+    return float(np.mean([np.mean(s) for s in scores_by_task]))
+
+
+def aggregate_iqm(scores_by_task: Sequence) -> float:
+    """rliable's aggregate IQM: the IQM of all runs of all tasks pooled."""
+    return float(iqm(np.concatenate([np.asarray(s, dtype=float) for s in scores_by_task])))
+
+
+def _rng(seed: int, *what: str) -> np.random.Generator:
+    """A generator per estimate, so one interval does not depend on which others were computed."""
+    return np.random.default_rng([int(seed), zlib.crc32("|".join(what).encode())])
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading runs.
+
+
+@dataclass
+class Run:
+    path: str
+    agent: str
+    env: str
+    agent_target: str | None
+    env_id: str | None
+    seed: int | None
+    complete: bool
+    steps: np.ndarray
+    returns: np.ndarray
+    cfg: DictConfig
+    choices: dict
+    overrides: dict  # key -> parsed value, as given on the command line
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"seed={self.seed} ({_short(self.path)})"
+
+    @property
+    def final_step(self) -> int:
+        return int(self.steps[-1])
+
+    @property
+    def final_return(self) -> float:
+        return float(self.returns[-1])
+
+
+@dataclass
+class Skipped:
+    path: str
+    reason: str
+
+
+def _natural(s: str) -> list:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
+
+
+def _value_order(s: str) -> tuple:
+    """Numbers by value (0.005 before 0.01), other values in natural order (run_2 before run_10)."""
+    try:
+        return (0, float(s), [])
+    except ValueError:
+        return (1, 0.0, _natural(s))
+
+
+def _short(path: str) -> str:
+    parts = os.path.normpath(os.path.abspath(path)).split(os.sep)
+    return "/".join(parts[-2:])
+
+
+def find_run_dirs(paths: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The run dirs (holding .hydra/config.yaml) under each path, in natural order, and the ones
+    found more than once (counted once)."""
+    found, repeated, seen = [], [], set()
+    for p in paths:
+        if not os.path.exists(p):
+            raise AggregateError(f"{p} does not exist; pass a sweep dir (multirun/<date>/<time>) or a run dir "
+                                 f"(outputs/<date>/<time>, one holding .hydra/config.yaml).")
+        if not os.path.isdir(p):
+            raise AggregateError(f"{p} is a file, not a directory; pass a sweep dir (multirun/<date>/<time>) or a run dir.")
+        here = []
+        for dirpath, dirnames, _ in os.walk(p):
+            if os.path.isfile(os.path.join(dirpath, ".hydra", "config.yaml")):
+                here.append(dirpath)
+                dirnames[:] = []  # nothing below a run is another run (checkpoints, tb, wandb, ...)
+                continue
+            dirnames[:] = sorted((d for d in dirnames if not d.startswith(".")), key=_natural)
+        if not here:
+            raise AggregateError(f"no run directories (with .hydra/config.yaml) found under {p}; pass a sweep dir "
+                                 f"(multirun/<date>/<time>) or a run dir.")
+        for d in here:
+            real = os.path.realpath(d)
+            if real in seen:
+                repeated.append(d)
+            else:
+                seen.add(real)
+                found.append(d)
+    return found, repeated
+
+
+def _plain(value):
+    if isinstance(value, (DictConfig, ListConfig)):
+        try:
+            return OmegaConf.to_container(value, resolve=True)
+        except Exception:
+            return OmegaConf.to_container(value, resolve=False)
+    return value
+
+
+def _select(cfg: DictConfig, key: str):
+    """The config value at a dotted key, interpolations resolved when they can be; _MISSING if absent."""
+    try:
+        value = OmegaConf.select(cfg, key, default=_MISSING)
+    except Exception:  # an interpolation that only resolves inside Hydra (${hydra:...}): the raw text
+        node = OmegaConf.to_container(cfg, resolve=False)
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return _MISSING
+            node = node[part]
+        return node
+    return _plain(value)
+
+
+def format_value(value) -> str:
+    """One spelling for a value whether it came from an override or the saved config."""
+    if value is _MISSING:
+        return _UNSET
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+_parser = None
+
+
+def parse_overrides(lines: Sequence[str]) -> dict:
+    """`key=value` overrides as {key: value}, values parsed by Hydra's grammar (`+`/`++` dropped,
+    `~key` kept as "~deleted")."""
+    global _parser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    _parser = _parser or OverridesParser.create()
+    parsed = {}
+    for line in lines:
+        try:
+            o = _parser.parse_override(line)
+            parsed[o.key_or_group] = "~deleted" if o.is_delete() else _plain(o.value())
+        except Exception:
+            key, _, value = line.lstrip("+~").partition("=")
+            parsed[key] = value
+    return parsed
+
+
+def read_eval_csv(path: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Steps and return_mean of an eval.csv, sorted by step, and what was wrong with it. Rows that
+    do not parse, have the wrong number of fields or a non-finite return are left out, and so is a
+    last line without a line end (cut off by a crash mid-write); a step logged twice keeps its last
+    row. Raises ValueError when the file lacks the step or return_mean column."""
+    problems, by_step, bad, repeated = [], {}, [], []
+    with open(path, newline="") as f:
+        lines = f.read().splitlines(keepends=True)
+    if len(lines) > 1 and not lines[-1].endswith(("\n", "\r")):
+        problems.append("the last line of eval.csv is cut off (no line end), left out")
+        lines = lines[:-1]
+    reader = csv.DictReader(lines)
+    fields = reader.fieldnames or []
+    if fields and not {"step", "return_mean"} <= set(fields):
+        raise ValueError(f"eval.csv has no step/return_mean columns (header: {','.join(fields)})")
+    for line, row in enumerate(reader, start=2):
+        try:
+            if None in row or None in row.values():  # more or fewer fields than the header
+                raise ValueError
+            step, ret = int(float(row["step"])), float(row["return_mean"])
+        except (TypeError, ValueError):
+            bad.append(line)
+            continue
+        if not math.isfinite(ret):
+            bad.append(line)
+            continue
+        if step in by_step:
+            repeated.append(step)
+        by_step[step] = ret
+    if bad:
+        problems.append(f"eval.csv line(s) {_steps_text(bad)} unreadable or not finite, left out")
+    if repeated:
+        problems.append(f"eval.csv has step(s) {_steps_text(sorted(set(repeated)))} twice, the last row kept")
+    steps = np.array(sorted(by_step), dtype=np.int64)
+    return steps, np.array([by_step[s] for s in steps], dtype=float), problems
+
+
+def load_run(path: str) -> Run | Skipped:
+    hydra_dir = os.path.join(path, ".hydra")
+    try:
+        cfg = OmegaConf.load(os.path.join(hydra_dir, "config.yaml"))
+    except Exception as err:
+        return Skipped(path, f"unreadable .hydra/config.yaml ({err})")
+    problems = []
+    choices, override_lines = {}, []
+    try:
+        if os.path.exists(os.path.join(hydra_dir, "hydra.yaml")):
+            choices = _plain(OmegaConf.select(OmegaConf.load(os.path.join(hydra_dir, "hydra.yaml")),
+                                              "hydra.runtime.choices", default=None)) or {}
+        if os.path.exists(os.path.join(hydra_dir, "overrides.yaml")):
+            override_lines = [str(o) for o in OmegaConf.load(os.path.join(hydra_dir, "overrides.yaml"))]
+    except Exception as err:
+        problems.append(f"unreadable .hydra/hydra.yaml or overrides.yaml ({err}); agent/env from the config")
+    summary, summary_path = None, os.path.join(path, "summary.json")
+    if os.path.exists(summary_path):
+        try:
+            with open(summary_path) as f:
+                summary = json.load(f)
+        except (OSError, ValueError) as err:
+            problems.append(f"unreadable summary.json ({err}), counted as incomplete")
+    eval_path = os.path.join(path, "eval.csv")
+    if not os.path.exists(eval_path):
+        return Skipped(path, "no eval.csv (the run ended before its first evaluation, or is not a training run)")
+    try:
+        steps, returns, eval_problems = read_eval_csv(eval_path)
+    except (OSError, ValueError, csv.Error) as err:
+        return Skipped(path, f"unreadable eval.csv ({err})")
+    if len(steps) == 0:
+        return Skipped(path, "eval.csv holds no evaluation rows")
+    target = _select(cfg, "agent._target_")
+    target = None if target is _MISSING else str(target)
+    env_id = _select(cfg, "env.id")
+    env_id = None if env_id is _MISSING else str(env_id)
+    summary = summary if isinstance(summary, dict) else None
+    agent = choices.get("agent") or (summary or {}).get("agent") or (target.rsplit(".", 1)[-1].lower() if target else "unknown")
+    env = choices.get("env") or (summary or {}).get("env") or env_id or "unknown"
+    seed = _select(cfg, "seed")
+    try:
+        seed = int(seed)
+    except (TypeError, ValueError):
+        seed = None
+    complete = summary is not None and not summary.get("stopped", False)
+    return Run(path, str(agent), str(env), target, env_id, seed, complete, steps, returns, cfg, choices,
+               parse_overrides(override_lines), problems + eval_problems)
+
+
+def by_value(run: Run, key: str):
+    """A run's value of a --by key: its config group choice, else its override, else its config
+    at the dotted key; _MISSING if it has none."""
+    if key in run.choices:
+        return run.choices[key]
+    if key in run.overrides:
+        return run.overrides[key]
+    return _select(run.cfg, key)
+
+
+# ----------------------------------------------------------------------------------------------
+# Grouping and the summary of each group.
+
+
+def group_name(agent: str, env: str | None, by: Sequence[str], values: Sequence[str]) -> str:
+    name = agent if env is None else f"{agent}/{env}"
+    extra = ", ".join(f"{k}={v}" for k, v in zip(by, values))
+    return f"{name} ({extra})" if extra else name
+
+
+def group_runs(runs: list[Run], by: Sequence[str]) -> dict[tuple, list[Run]]:
+    """{(agent, env, *by values): runs}, sorted; raises on an unknown --by key and on a group
+    that mixes agent classes or env ids under one name."""
+    values = {run.path: [by_value(run, k) for k in by] for run in runs}
+    for i, key in enumerate(by):
+        if all(values[r.path][i] is _MISSING for r in runs):
+            groups = sorted({k for r in runs for k in r.choices if "/" not in k})
+            raise AggregateError(
+                f"--by {key}: no run has this key: it is not a config group choice in .hydra/hydra.yaml, "
+                f"not in any run's overrides and not in .hydra/config.yaml. Config groups of these runs: "
+                f"{', '.join(groups) or 'none'}; config keys are dotted paths such as agent.tau or batch_size.")
+    groups: dict[tuple, list[Run]] = {}
+    for run in runs:
+        key = (run.agent, run.env, *[format_value(v) for v in values[run.path]])
+        groups.setdefault(key, []).append(run)
+    for key, members in groups.items():
+        members.sort(key=lambda r: (r.seed if r.seed is not None else -1, _natural(r.path)))
+        for what, attr in (("agent classes (agent._target_)", "agent_target"), ("env ids (env.id)", "env_id")):
+            kinds = {}
+            for r in members:
+                kinds.setdefault(getattr(r, attr), []).append(r.path)
+            if len(kinds) > 1:
+                listing = "; ".join(f"{v} in {len(ps)} run(s): {', '.join(ps[:3])}{', ...' if len(ps) > 3 else ''}"
+                                    for v, ps in kinds.items())
+                raise AggregateError(
+                    f"the runs grouped as {group_name(key[0], key[1], by, key[2:])} use different {what}: {listing}. "
+                    f"The same config name meant different things in these runs (e.g. sweeps from different "
+                    f"versions of the code); aggregate them separately, or split the group with --by "
+                    f"(e.g. --by {'agent._target_' if attr == 'agent_target' else 'env.id'}).")
+    return dict(sorted(groups.items(), key=lambda kv: [_value_order(str(x)) for x in kv[0]]))
+
+
+def _neutral(key: str) -> bool:
+    return any(key == k or key.startswith(k + ".") for k in _NEUTRAL_OVERRIDES)
+
+
+def group_notes(runs: list[Run], by: Sequence[str]) -> list[str]:
+    """What a reader of the group's numbers must know: incomplete runs, unequal lengths, runs
+    that differ in more than the seed, repeated seeds, unreadable eval rows, unset --by keys."""
+    notes = []
+    incomplete = [r for r in runs if not r.complete]
+    if incomplete:
+        notes.append(f"{len(incomplete)} incomplete run(s) (no summary.json: stopped, crashed or still running), "
+                     f"final return = last evaluation: " + ", ".join(f"{r.label} at step {r.final_step}" for r in incomplete))
+    ends = Counter(r.final_step for r in runs)
+    if len(ends) > 1:
+        parts = []
+        for step in sorted(ends, reverse=True):
+            short = [r.label for r in runs if r.final_step == step and not r.complete]
+            n = ends[step]
+            parts.append(f"{step} ({n} run{'s' if n > 1 else ''}" + (f", incomplete: {', '.join(short)})" if short else ")"))
+        notes.append("runs end at steps " + ", ".join(parts) + "; the final return is each run's last evaluation")
+    keys = sorted({k for r in runs for k in r.overrides if not _neutral(k) and k not in by and k not in ("agent", "env")})
+    for key in keys:
+        spelled = Counter(format_value(by_value(r, key)) for r in runs)
+        if len(spelled) > 1:
+            counts = [f"{v}: {n} run(s)" for v, n in sorted(spelled.items(), key=lambda kv: _value_order(kv[0]))]
+            if len(counts) > 6:
+                counts = counts[:5] + [f"... {len(counts) - 5} more values"]
+            notes.append(f"runs differ in {key} ({', '.join(counts)}); split them with --by {key}")
+    seeds = Counter(r.seed for r in runs)
+    for seed, n in sorted(seeds.items(), key=lambda kv: str(kv[0])):
+        if n > 1:
+            notes.append(f"seed {seed} appears in {n} runs: " + ", ".join(_short(r.path) for r in runs if r.seed == seed))
+    for r in runs:
+        notes.extend(f"{r.label}: {p}" for p in r.problems)
+    for key in by:
+        unset = [r.label for r in runs if by_value(r, key) is _MISSING]
+        if unset:
+            notes.append(f"--by {key} is unset in {len(unset)} run(s), shown as {_UNSET}: {', '.join(unset)}")
+    return notes
+
+
+MIN_CURVE_RUNS = 2  # the dashed part of a learning curve needs at least this many runs at a step
+
+
+@dataclass
+class Curve:
+    steps: np.ndarray  # the eval steps all runs have: the solid curve
+    point: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    n_runs: int
+    # beyond the last common step, over the runs that went on (dashed); n = runs at each step
+    more_steps: np.ndarray
+    more_point: np.ndarray
+    more_low: np.ndarray
+    more_high: np.ndarray
+    more_n: np.ndarray
+    note: str | None
+
+
+def _iqm_band(matrix: np.ndarray, reps: int, rng: np.random.Generator):
+    """IQM over the runs (rows) at each step (column) and its bootstrap band, whole runs resampled."""
+    low, high = stratified_bootstrap_ci([matrix], lambda s: iqm(s[0], axis=0), reps, rng)
+    return iqm(matrix, axis=0), np.atleast_1d(low), np.atleast_1d(high)
+
+
+def _values_at(run: Run, steps) -> np.ndarray:
+    return run.returns[np.searchsorted(run.steps, steps)]
+
+
+def learning_curve(runs: list[Run], reps: int, rng: np.random.Generator) -> Curve | None:
+    """The IQM over runs of the eval return with its bootstrap band: solid over the eval steps all
+    runs have; past the last of them, dashed over the runs that went on, in segments of steps with
+    the same runs, where at least MIN_CURVE_RUNS remain. None when the runs share no eval step."""
+    have = [set(r.steps.tolist()) for r in runs]
+    steps = np.array(sorted(set.intersection(*have)), dtype=np.int64)
+    if len(steps) == 0:
+        return None
+    point, low, high = _iqm_band(np.stack([_values_at(r, steps) for r in runs]), reps, rng)
+
+    segments: list[tuple[tuple[int, ...], list[int]]] = []  # (indices of the runs, steps)
+    dropped = []
+    for step in sorted(set.union(*have) - set(steps.tolist())):
+        if step < steps[-1]:
+            continue
+        members = tuple(i for i, h in enumerate(have) if step in h)
+        if len(members) < MIN_CURVE_RUNS:
+            dropped.append(step)
+        elif segments and segments[-1][0] == members:
+            segments[-1][1].append(step)
+        else:
+            segments.append((members, [step]))
+    more = [[], [], [], [], []]
+    for members, seg_steps in segments:
+        p, lo, hi = _iqm_band(np.stack([_values_at(runs[i], seg_steps) for i in members]), reps, rng)
+        for acc, values in zip(more, (seg_steps, p, lo, hi, [len(members)] * len(seg_steps))):
+            acc.extend(values)
+
+    notes = []
+    gaps = sorted(s for s in set.union(*have) - set(steps.tolist()) if s < steps[-1])
+    if gaps:
+        notes.append(f"the runs' eval steps differ: steps {_steps_text(gaps)} are not drawn (not all runs have them)")
+    if segments or dropped:
+        notes.append(f"learning curve solid to step {steps[-1]}, the last evaluation all {len(runs)} runs have")
+    if segments:
+        parts = ", ".join(f"{len(m)} runs to step {st[-1]}" for m, st in segments)
+        notes.append(f"dashed beyond it over the runs that went on ({parts})")
+    if dropped:
+        notes.append(f"eval steps {_steps_text(dropped)} have fewer than {MIN_CURVE_RUNS} runs and are not drawn")
+    return Curve(steps, point, low, high, len(runs), *(np.asarray(a) for a in more), "; ".join(notes) or None)
+
+
+def _steps_text(steps: list[int]) -> str:
+    return ", ".join(map(str, steps)) if len(steps) <= 4 else f"{steps[0]} to {steps[-1]} ({len(steps)} steps)"
+
+
+# ----------------------------------------------------------------------------------------------
+# Output.
+
+
+def _num(x: float) -> str:
+    if not math.isfinite(x):
+        return str(x)
+    a = abs(x)
+    return f"{x:.1f}" if a >= 100 else f"{x:.2f}" if a >= 1 else f"{x:.3f}"
+
+
+def _ci(low: float, high: float) -> str:
+    return f"[{_num(low)}, {_num(high)}]"
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+
+def _color(i: int):
+    import matplotlib
+
+    return matplotlib.colormaps["tab10"](i % 10)
+
+
+def plot_curves(path: str, env: str, env_id: str | None, curves: list[tuple[str, int, Curve]]) -> None:
+    """All groups of one env on one axes: IQM eval return vs env steps, 95% CI bands."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    dashed = False
+    for label, color, c in curves:
+        marker = "o" if len(c.steps) < 3 else None
+        ax.plot(c.steps, c.point, color=_color(color), marker=marker, label=f"{label} (n={c.n_runs})")
+        ax.fill_between(c.steps, c.low, c.high, color=_color(color), alpha=0.2, linewidth=0)
+        if len(c.more_steps):
+            dashed = True
+            ax.plot(np.r_[c.steps[-1], c.more_steps], np.r_[c.point[-1], c.more_point], color=_color(color), linestyle="--")
+            ax.fill_between(np.r_[c.steps[-1], c.more_steps], np.r_[c.low[-1], c.more_low], np.r_[c.high[-1], c.more_high],
+                            color=_color(color), alpha=0.1, linewidth=0)
+    if dashed:
+        ax.plot([], [], color="gray", linestyle="--", label="fewer runs (some ended early)")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("eval return (IQM over runs)")
+    ax.set_title(f"{env}" + (f" ({env_id})" if env_id and env_id != env else "") + f": IQM, {CONFIDENCE:.0%} bootstrap CI")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_profile(path: str, taus: np.ndarray, profiles: list[tuple[str, int, np.ndarray, np.ndarray, np.ndarray]],
+                 n_envs: int) -> None:
+    """rliable's performance profile: fraction of runs with normalized score > tau, 95% CI bands."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    for label, color, point, low, high in profiles:
+        ax.plot(taus, point, color=_color(color), label=label)
+        ax.fill_between(taus, low, high, color=_color(color), alpha=0.2, linewidth=0)
+    ax.set_xlabel(r"normalized final return $\tau$ (min-max per env over all runs here; no reference scores)")
+    ax.set_ylabel(r"fraction of runs with score > $\tau$")
+    ax.set_title(f"Performance profile over {n_envs} env(s), {CONFIDENCE:.0%} stratified bootstrap CI")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+@dataclass
+class Report:
+    markdown: str
+    rows: list[dict]
+    files: list[str]
+    out_dir: str
+
+
+def _by_keys(by: Sequence[str]) -> list[str]:
+    keys = []
+    for item in by:
+        for k in item.split(","):
+            k = k.strip()
+            if k and k not in keys and k not in ("agent", "env"):
+                keys.append(k)
+    return keys
+
+
+def load_runs(paths: Sequence[str], complete_only: bool = False) -> tuple[list[Run], list[Skipped], list[str]]:
+    """The runs under `paths`, the run dirs skipped (with the reason) and those found twice."""
+    dirs, repeated = find_run_dirs(paths)
+    runs, skipped = [], []
+    for d in dirs:
+        loaded = load_run(d)
+        if isinstance(loaded, Skipped):
+            skipped.append(loaded)
+        elif complete_only and not loaded.complete:
+            skipped.append(Skipped(d, f"incomplete (no summary.json; last eval at step {loaded.final_step}), "
+                                      f"left out by --complete-only"))
+        else:
+            runs.append(loaded)
+    if not runs:
+        listing = "; ".join(f"{s.path}: {s.reason}" for s in skipped)
+        raise AggregateError(f"found {len(dirs)} run dir(s) under {', '.join(paths)} but none has evaluations to "
+                             f"aggregate: {listing}")
+    return runs, skipped, repeated
+
+
+def summarize_group(key: tuple, runs: list[Run], by: Sequence[str], reps: int, seed: int) -> dict:
+    """The row of results.csv: final-return mean and IQM with their bootstrap CIs over the runs."""
+    finals = np.array([r.final_return for r in runs])
+    (m_low, i_low), (m_high, i_high) = stratified_bootstrap_ci(
+        [finals], lambda s: [np.mean(s[0]), iqm(s[0])], reps, _rng(seed, "final", *key))
+    return {
+        "agent": key[0], "env": key[1], **dict(zip(by, key[2:])),
+        "n_runs": len(runs), "n_incomplete": sum(not r.complete for r in runs),
+        "mean": float(np.mean(finals)), "mean_ci_low": float(m_low), "mean_ci_high": float(m_high),
+        "iqm": float(iqm(finals)), "iqm_ci_low": float(i_low), "iqm_ci_high": float(i_high),
+        "final_step_min": min(r.final_step for r in runs), "final_step_max": max(r.final_step for r in runs),
+        "env_id": runs[0].env_id or "",
+    }
+
+
+def write_csv(path: str, rows: list[dict], notes: list[list[str]], by: Sequence[str]) -> None:
+    header = ["agent", "env", *by, "n_runs", "n_incomplete", "mean", "mean_ci_low", "mean_ci_high", "iqm",
+              "iqm_ci_low", "iqm_ci_high", "final_step_min", "final_step_max", "env_id", "notes"]
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
+        writer.writeheader()
+        for row, row_notes in zip(rows, notes):
+            writer.writerow({**row, "notes": "; ".join(row_notes)})
+
+
+def render_markdown(paths: Sequence[str], by: Sequence[str], reps: int, seed: int, n_runs: int,
+                    rows: list[dict], row_notes: list[list[str]], across: list[list[str]],
+                    note_lines: list[str], files: list[str]) -> str:
+    ci = f"{CONFIDENCE:.0%} CI"
+    table = _md_table(
+        ["agent", "env", *by, "runs", "mean", f"mean {ci}", "IQM", f"IQM {ci}", "final step", "notes"],
+        [[row["agent"], row["env"], *[row[k] for k in by], str(row["n_runs"]), _num(row["mean"]),
+          _ci(row["mean_ci_low"], row["mean_ci_high"]), _num(row["iqm"]), _ci(row["iqm_ci_low"], row["iqm_ci_high"]),
+          str(row["final_step_max"]) if row["final_step_min"] == row["final_step_max"]
+          else f"{row['final_step_min']}-{row['final_step_max']}",
+          (f"{len(notes)} note(s)" + (f", {row['n_incomplete']} incomplete" if row["n_incomplete"] else "")) if notes else ""]
+         for row, notes in zip(rows, row_notes)])
+    md = [
+        f"# Aggregate of {n_runs} run(s) in {len(rows)} group(s)",
+        "",
+        "Sources: " + ", ".join(f"`{p}`" for p in paths) + (f" (grouped by agent, env, {', '.join(by)})" if by else ""),
+        "",
+        "Final return = the `return_mean` of each run's last evaluation (`eval.csv`). IQM = interquartile mean "
+        "(mean of the middle 50% of runs, `scipy.stats.trim_mean(x, 0.25)`; the plain mean below 4 runs). "
+        f"CIs: {CONFIDENCE:.0%} percentile bootstrap over runs ({reps} replicates, seed {seed}), as in rliable "
+        "(Agarwal et al. 2021).",
+        "",
+        table,
+        "",
+        "## Across envs (min-max normalized)",
+        "",
+        "There are no reference scores, so final returns are min-max normalized per env over all runs of that env "
+        "in this aggregation: (R - min) / (max - min). The scores are relative to these runs and do not compare "
+        "across aggregations. Mean = mean over envs of the per-env means; IQM = IQM of all runs pooled; CIs: "
+        "stratified bootstrap (runs resampled within each env). The performance profile plots the same scores.",
+        "",
+        _md_table(["group", "envs", "runs", "mean", f"mean {ci}", "IQM", f"IQM {ci}"], across),
+        "",
+        "## Notes",
+        "",
+        *[f"- {n}" for n in note_lines],
+        "",
+        "## Files",
+        "",
+        *[f"- `{os.path.basename(p)}`" for p in files],
+        "",
+    ]
+    return "\n".join(md)
+
+
+def aggregate(paths: Sequence[str], by: Sequence[str] = (), out: str | None = None, reps: int = 2000,
+              seed: int = 0, complete_only: bool = False) -> Report:
+    """Read the runs under `paths`, write results.md, results.csv, curves_<env>.png and
+    performance_profile.png into `out` (default <first path>/aggregate) and return the report."""
+    if not paths:
+        raise AggregateError("no path given; pass a sweep dir (multirun/<date>/<time>) or a run dir.")
+    if reps < 1:
+        raise AggregateError(f"--reps {reps}: the bootstrap needs at least 1 replicate (rliable uses 50000, "
+                             f"the default is 2000).")
+    by = _by_keys(by)
+    runs, skipped, repeated = load_runs(paths, complete_only)
+    groups = group_runs(runs, by)
+    out_dir = out or os.path.join(paths[0], "aggregate")
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise AggregateError(f"--out {out_dir} is a file; pass a directory (it is created if missing).")
+    os.makedirs(out_dir, exist_ok=True)
+
+    profile_keys = sorted({(k[0], *k[2:]) for k in groups}, key=lambda k: [_value_order(str(x)) for x in k])
+    color = {k: i for i, k in enumerate(profile_keys)}  # one color per agent (x --by values) in every plot
+    envs = sorted({k[1] for k in groups}, key=_natural)
+    rows = [summarize_group(key, members, by, reps, seed) for key, members in groups.items()]
+    notes = {key: group_notes(members, by) for key, members in groups.items()}
+
+    # Learning curves, one PNG per env.
+    plots = []
+    for env in envs:
+        curves = []
+        for key, members in groups.items():
+            if key[1] != env:
+                continue
+            c = learning_curve(members, reps, _rng(seed, "curve", *key))
+            if c is None:
+                notes[key].append("no learning curve: the runs share no eval step")
+                continue
+            if c.note:
+                notes[key].append(c.note)
+            curves.append((group_name(key[0], None, by, key[2:]), color[(key[0], *key[2:])], c))
+        env_ids = {r.env_id for k, ms in groups.items() if k[1] == env for r in ms}
+        if curves:
+            plots.append(os.path.join(out_dir, f"curves_{_safe(env)}.png"))
+            plot_curves(plots[-1], env, env_ids.pop() if len(env_ids) == 1 else None, curves)
+
+    # Min-max normalization per env: the across-env table and the performance profile.
+    global_notes = []
+    bounds = {}
+    for env in envs:
+        finals = [r.final_return for k, ms in groups.items() if k[1] == env for r in ms]
+        bounds[env] = (min(finals), max(finals))
+        if bounds[env][0] == bounds[env][1]:
+            global_notes.append(f"{env}: every run has the same final return ({_num(finals[0])}); its normalized "
+                                f"scores are all 1")
+    across, profiles = [], []
+    for pkey in profile_keys:
+        by_env = {key[1]: members for key, members in groups.items() if (key[0], *key[2:]) == pkey}
+        tasks = [minmax_normalize([r.final_return for r in by_env[e]], *bounds[e]) for e in envs if e in by_env]
+        label = group_name(pkey[0], None, by, pkey[1:])
+        if len(by_env) < len(envs):
+            global_notes.append(f"{label} has no runs on {', '.join(e for e in envs if e not in by_env)}: its across-env "
+                                f"numbers and profile cover {', '.join(e for e in envs if e in by_env)} only, so they "
+                                f"do not compare with groups that cover more envs")
+        (m_low, i_low), (m_high, i_high) = stratified_bootstrap_ci(
+            tasks, lambda s: [aggregate_mean(s), aggregate_iqm(s)], reps, _rng(seed, "across", *pkey))
+        across.append([label, str(len(tasks)), str(sum(len(t) for t in tasks)), _num(aggregate_mean(tasks)),
+                       _ci(m_low, m_high), _num(aggregate_iqm(tasks)), _ci(i_low, i_high)])
+        point, low, high = performance_profile(tasks, TAUS, reps, _rng(seed, "profile", *pkey))
+        profiles.append((label, color[pkey], point, low, high))
+    plots.append(os.path.join(out_dir, "performance_profile.png"))
+    plot_profile(plots[-1], TAUS, profiles, len(envs))
+
+    # The notes, results.csv and results.md.
+    note_lines = []
+    n_incomplete = sum(not r.complete for r in runs)
+    if n_incomplete:
+        note_lines.append(f"{n_incomplete} of {len(runs)} runs are incomplete (no summary.json: stopped, crashed or "
+                          f"still running); each counts with its last evaluation.")
+    for key in groups:
+        note_lines.extend(f"{group_name(key[0], key[1], by, key[2:])}: {n}" for n in notes[key])
+    note_lines.extend(global_notes)
+    note_lines.extend(f"skipped {s.path}: {s.reason}" for s in skipped)
+    note_lines.extend(f"{d} was found under more than one of the given paths; counted once" for d in repeated)
+    note_lines.append(f"Learning curves: IQM over runs with a {CONFIDENCE:.0%} bootstrap band (whole runs resampled), "
+                      f"solid at the eval steps all runs of a group have; where runs end at different steps the curve "
+                      f"goes on dashed over the runs that went on, while at least {MIN_CURVE_RUNS} remain.")
+    csv_path, md_path = os.path.join(out_dir, "results.csv"), os.path.join(out_dir, "results.md")
+    write_csv(csv_path, rows, list(notes.values()), by)
+    markdown = render_markdown(paths, by, reps, seed, len(runs), rows, list(notes.values()), across, note_lines,
+                               [csv_path, *plots])
+    with open(md_path, "w") as f:
+        f.write(markdown)
+    return Report(markdown, rows, [md_path, csv_path, *plots], out_dir)
