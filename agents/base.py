@@ -177,6 +177,7 @@ class DeterministicActorAgent(CompiledAgent):
         self.low = tf.constant(self._low_np)
         self.high = tf.constant(self._high_np)
         self._half_np = (self._high_np - self._low_np) / 2.0
+        self._mid_np = (self._high_np + self._low_np) / 2.0
         self.half_range = tf.constant(self._half_np)
         self.exploration_noise = float(exploration_noise)
         self._compile_args = (compile, fast_act)
@@ -212,11 +213,11 @@ class DeterministicActorAgent(CompiledAgent):
     def act(self, obs: np.ndarray, explore: bool) -> np.ndarray:
         """Actions for a batch of observations; with `explore`, Gaussian noise of std
         `exploration_noise * half_range`, clipped to the action box."""
-        action = self._low_np + (self._forward(obs) + 1.0) * self._half_np
+        action = self._forward(obs) * self._half_np + self._mid_np  # [-1, 1] onto [low, high]
         if explore:
             noise = self._rng.normal(0.0, self.exploration_noise, size=action.shape) * self._half_np
-            action = np.clip(action + noise, self._low_np, self._high_np)
-        return action.astype(np.float32)
+            action = np.clip(action + noise, self._low_np, self._high_np, out=action)
+        return action.astype(np.float32, copy=False)
 
     def policy_module(self) -> tf.Module:
         """The deterministic policy as a standalone tf.Module (for a SavedModel): `module(obs)`

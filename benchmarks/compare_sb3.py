@@ -1,0 +1,95 @@
+"""tfrl against Stable-Baselines3, side by side on this machine: whole-loop env steps/s with the
+same algorithm, env, network, batch and update cadence. The two run alternately, `--rounds` times
+each, so that a busy spell on a shared machine hits both; the table gives the medians and the
+ratio of medians.
+
+    bash benchmarks/setup_sb3.sh            # once: SB3 + PyTorch (CPU) in benchmarks/.venv-sb3
+    uv run python benchmarks/compare_sb3.py [--rounds 3] [--only td3_ant]
+
+Writes benchmarks/results/sb3_comparison.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SB3_PYTHON = os.path.join(HERE, ".venv-sb3", "bin", "python")
+
+# name: (tfrl overrides, SB3 arguments). Same network, batch, buffer and update cadence.
+CASES = {
+    "td3_ant": (
+        ["agent=td3", "env=ant"],
+        ["td3", "Ant-v5", "--hidden", "256", "256", "--batch", "256", "--train-freq", "1"],
+    ),
+    "dqn_cartpole_every4": (
+        ["agent=dqn", "env=cartpole", "network.hidden=[64,64]", "batch_size=64", "updates_per_step=0.25",
+         "train_every=4", "buffer.capacity=1000000"],
+        ["dqn", "CartPole-v1", "--hidden", "64", "64", "--batch", "64", "--train-freq", "4"],
+    ),
+    "dqn_cartpole_every1": (
+        ["agent=dqn", "env=cartpole", "network.hidden=[64,64]", "batch_size=64", "updates_per_step=1",
+         "train_every=1", "buffer.capacity=1000000"],
+        ["dqn", "CartPole-v1", "--hidden", "64", "64", "--batch", "64", "--train-freq", "1"],
+    ),
+}
+
+
+def run_tfrl(overrides: list[str], steps: int, warmup: int, repeats: int) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "r.json")
+        cmd = [sys.executable, os.path.join(HERE, "throughput.py"), *overrides, "bench.modes=[graph]",
+               "bench.only_loop=true", f"bench.loop_steps={steps}", f"bench.warmup={warmup}",
+               f"bench.repeats={repeats}", f"bench.output={out}"]
+        subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
+        with open(out) as f:
+            return json.load(f)["results"]["graph"]["loop_steps_per_s"]
+
+
+def run_sb3(args: list[str], steps: int, warmup: int, repeats: int) -> float:
+    cmd = [SB3_PYTHON, os.path.join(HERE, "sb3_throughput.py"), *args, "--steps", str(steps),
+           "--warmup", str(warmup), "--repeats", str(repeats)]
+    proc = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])["loop_steps_per_s"]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=1000, help="env steps per timed interval")
+    p.add_argument("--repeats", type=int, default=3, help="timed intervals per run (median)")
+    p.add_argument("--warmup", type=int, default=1000)
+    p.add_argument("--only", nargs="*", choices=sorted(CASES))
+    a = p.parse_args()
+    if not os.path.exists(SB3_PYTHON):
+        sys.exit(f"error: no SB3 environment at {SB3_PYTHON}; create it with `bash benchmarks/setup_sb3.sh`.")
+
+    report = {}
+    for name in a.only or CASES:
+        ours_args, sb3_args = CASES[name]
+        ours, sb3 = [], []
+        for r in range(a.rounds):
+            ours.append(run_tfrl(ours_args, a.steps, a.warmup, a.repeats))
+            sb3.append(run_sb3(sb3_args, a.steps, a.warmup, a.repeats))
+            print(f"{name} round {r + 1}: tfrl {ours[-1]:.1f}  sb3 {sb3[-1]:.1f} env steps/s", flush=True)
+        report[name] = {"tfrl": ours, "sb3": sb3, "tfrl_median": statistics.median(ours),
+                        "sb3_median": statistics.median(sb3),
+                        "ratio": statistics.median(ours) / statistics.median(sb3),
+                        "tfrl_overrides": ours_args, "sb3_args": sb3_args}
+    print("\n| case | tfrl env steps/s | SB3 env steps/s | ratio |\n|---|---|---|---|")
+    for name, r in report.items():
+        print(f"| {name} | {r['tfrl_median']:.1f} | {r['sb3_median']:.1f} | {r['ratio']:.2f}x |")
+    path = os.path.join(HERE, "results", "sb3_comparison.json")
+    with open(path, "w") as f:
+        json.dump({"settings": vars(a), "cases": report}, f, indent=2)
+    print(f"written: {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""Stable-Baselines3's training loop in env steps/s, with the settings of a tfrl run, for the
+side-by-side in benchmarks/compare_sb3.py. Runs in SB3's own venv (benchmarks/setup_sb3.sh):
+
+    benchmarks/.venv-sb3/bin/python benchmarks/sb3_throughput.py td3 Ant-v5 --hidden 256 256 --batch 256
+
+Prints one JSON line: the median env steps/s over `--repeats` intervals of `--steps` steps, after
+`--warmup` random steps (SB3's learning_starts) and one interval that absorbs start-up costs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+from stable_baselines3 import DDPG, DQN, TD3
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.noise import NormalActionNoise
+
+
+class StepTimer(BaseCallback):
+    """Time at every `every`-th env step."""
+
+    def __init__(self, every: int):
+        super().__init__()
+        self.every, self.marks = every, []
+
+    def _on_step(self) -> bool:
+        if self.num_timesteps % self.every == 0:
+            self.marks.append((self.num_timesteps, time.perf_counter()))
+        return True
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("algo", choices=["td3", "ddpg", "dqn"])
+    p.add_argument("env")
+    p.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--train-freq", type=int, default=1)
+    p.add_argument("--gradient-steps", type=int, default=1)
+    p.add_argument("--buffer", type=int, default=1_000_000)
+    p.add_argument("--warmup", type=int, default=1000)
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+
+    env = gym.make(a.env)
+    common = dict(
+        policy_kwargs=dict(net_arch=list(a.hidden)), batch_size=a.batch, learning_starts=a.warmup,
+        train_freq=a.train_freq, gradient_steps=a.gradient_steps, buffer_size=a.buffer, seed=a.seed,
+        device="cpu", verbose=0,
+    )
+    if a.algo == "dqn":
+        model = DQN("MlpPolicy", env, **common)
+    else:
+        n = env.action_space.shape[0]
+        noise = NormalActionNoise(np.zeros(n), 0.1 * np.ones(n))
+        model = (TD3 if a.algo == "td3" else DDPG)("MlpPolicy", env, action_noise=noise, **common)
+    timer = StepTimer(a.steps)
+    total = a.warmup + a.steps * (a.repeats + 1)
+    model.learn(total_timesteps=total, callback=timer)
+    marks = [(s, t) for s, t in timer.marks if s >= a.warmup + a.steps]  # skip the first interval
+    rates = [(s1 - s0) / (t1 - t0) for (s0, t0), (s1, t1) in zip(marks, marks[1:])]
+    print(json.dumps({
+        "loop_steps_per_s": statistics.median(rates), "rates": rates, "torch": torch.__version__,
+        "threads": torch.get_num_threads(), "settings": vars(a),
+    }))
+
+
+if __name__ == "__main__":
+    main()

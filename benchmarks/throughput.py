@@ -1,0 +1,258 @@
+"""Throughput of every part of a training step, and of the whole loop, in eager, graph and XLA mode.
+
+    uv run python benchmarks/throughput.py agent=td3 env=ant
+    uv run python benchmarks/throughput.py agent=dqn env=cartpole network.hidden=[64,64] batch_size=64 \\
+        updates_per_step=0.25 train_every=4
+    uv run python benchmarks/throughput.py agent=td3 env=ant bench.modes=[graph] fuse_updates=false
+
+Configured like train.py (conf/throughput.yaml adds a `bench` section to the run config), so any
+agent, env, network, buffer and cadence works. Each figure is the median of `bench.repeats`
+repetitions. Measured: env step (per transition), acting (one observation and a batch; numpy fast
+path, the TF path, and a plain numpy forward pass of the same weights as the floor), buffer add and
+sample, one update, K fused updates, and the whole loop (training.loop.train, updates on) in env
+steps/s. The loop's overhead compares its time per env step with the sum of the measured parts at
+the run's cadence. Prints a table and writes JSON.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import json  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from dataclasses import replace  # noqa: E402
+from typing import Callable  # noqa: E402
+
+import hydra  # noqa: E402
+import numpy as np  # noqa: E402
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
+
+
+def per_call(fn: Callable[[], object], number: int, repeats: int) -> float:
+    """Median over `repeats` of the seconds per call of `fn`, timed over `number` calls."""
+    fn()  # warm: first-call costs (tracing, allocation) are not throughput
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        times.append((time.perf_counter() - t0) / number)
+    return statistics.median(times)
+
+
+def plain_numpy_forward(weights: list[np.ndarray], activations: list[str]) -> Callable[[np.ndarray], np.ndarray]:
+    """The floor for acting: the network's forward pass written out in numpy, nothing else."""
+    fns = {"relu": lambda x: np.maximum(x, 0.0), "tanh": np.tanh, "linear": lambda x: x}
+
+    def forward(x):
+        for i, name in enumerate(activations):
+            x = fns[name](x @ weights[2 * i] + weights[2 * i + 1])
+        return x
+
+    return forward
+
+
+def random_transitions(envs, n: int, rng: np.random.Generator):
+    """n transitions from real env steps with random actions, as the loop adds them."""
+    from training.loop import _transition_next_obs
+
+    obs, _ = envs.reset(seed=0)
+    out = []
+    for _ in range(max(1, n // envs.num_envs)):
+        action = envs.action_space.sample()
+        next_obs, reward, terminated, truncated, infos = envs.step(action)
+        out.append((obs, action, reward, _transition_next_obs(next_obs, infos, terminated | truncated), terminated, truncated))
+        obs = next_obs
+    return out
+
+
+class _Records:
+    """A logger that keeps the loop's update records (steps/s per log interval)."""
+
+    def __init__(self):
+        self.rows: list[tuple[int, dict]] = []
+
+    def log(self, kind, step, metrics):
+        if kind == "update":
+            self.rows.append((step, metrics))
+
+    def close(self):
+        pass
+
+
+def run_config(cfg: DictConfig, mode: str) -> DictConfig:
+    run = OmegaConf.masked_copy(cfg, [k for k in cfg if k not in ("bench",)])
+    run.compile = mode
+    OmegaConf.resolve(run)
+    return run
+
+
+def measure_loop(cfg: DictConfig, mode: str, bench: DictConfig) -> dict:
+    """Env steps/s of training.loop.train with updates on: the median over `repeats` intervals of
+    `loop_steps` steps, after the warm-up and one interval that holds the update's tracing."""
+    from training.builder import build_run, loop_settings
+    from training.loop import train
+
+    run = run_config(cfg, mode)
+    parts = build_run(run)
+    steps = int(bench.loop_steps) // (10 if mode == "eager" else 1)
+    steps = max(steps - steps % parts.envs.num_envs, parts.envs.num_envs)
+    repeats = int(bench.repeats)
+    warmup = int(bench.warmup)
+    settings = replace(
+        loop_settings(run), learning_starts=warmup, total_steps=warmup + steps * (repeats + 1),
+        log_every=steps, eval_every=10**12, eval_episodes=1, checkpoint_every=0, progress=False,
+    )
+    records = _Records()
+    train(parts.agent, parts.buffer, parts.envs, parts.eval_env, settings, records)
+    parts.close()
+    rates = [m["steps_per_second"] for step, m in records.rows if step > warmup + steps]
+    assert len(rates) >= repeats, records.rows
+    rate = statistics.median(rates[:repeats])
+    return {"loop_steps_per_s": rate, "loop_us_per_step": 1e6 / rate}
+
+
+def measure_parts(cfg: DictConfig, mode: str, bench: DictConfig) -> dict:
+    from buffers.types import split_batch
+    from training.builder import build_run
+
+    run = run_config(cfg, mode)
+    parts = build_run(run)
+    agent, buffer, envs = parts.agent, parts.buffer, parts.envs
+    reps, B, K = int(bench.repeats), int(run.batch_size), int(bench.fuse)
+    n_envs = envs.num_envs
+    rng = np.random.default_rng(0)
+    out: dict[str, float] = {}
+
+    transitions = random_transitions(envs, 2000, rng)
+    envs.reset(seed=1)
+    out["env_step_us"] = 1e6 * per_call(lambda: envs.step(envs.action_space.sample()), 200, reps) / n_envs
+    obs_batch = np.concatenate([t[0] for t in transitions])[:256].astype(np.float32)
+    one = obs_batch[:1]
+    out["act_one_us"] = 1e6 * per_call(lambda: agent.act(one, explore=True), 2000, reps)
+    out["act_one_greedy_us"] = 1e6 * per_call(lambda: agent.act(one, explore=False), 2000, reps)
+    out["act_batch256_us"] = 1e6 * per_call(lambda: agent.act(obs_batch, explore=False), 200, reps)
+
+    i = iter(range(10**9))
+    out["buffer_add_us"] = 1e6 * per_call(lambda: buffer.add(*transitions[next(i) % len(transitions)]), 5000, reps) / n_envs
+    while len(buffer) < min(int(bench.buffer_fill), buffer.capacity):
+        buffer.add(*transitions[next(i) % len(transitions)])
+    out["buffer_rows"] = len(buffer)
+    out["sample_us"] = 1e6 * per_call(lambda: buffer.sample(B), 500, reps)
+    out[f"sample_x{K}_us"] = 1e6 * per_call(lambda: split_batch(buffer.sample(K * B), K), 50, reps)
+
+    batch = buffer.sample(B)
+    number = 5 if mode == "eager" else 50
+    out["update_ms"] = 1e3 * per_call(lambda: agent.update(batch), number, reps)
+    stacked = split_batch(buffer.sample(K * B), K)
+    out[f"fused_x{K}_update_ms"] = 1e3 * per_call(lambda: agent.update_many(stacked), max(1, number // K), reps) / K
+    # the cadence of the run: updates per phase, fused when there is more than one
+    per_phase = float(run.train_every) * float(run.updates_per_step)
+    if per_phase > 1 and run.fuse_updates and int(per_phase) != K:
+        n = int(per_phase)
+        stacked_n = split_batch(buffer.sample(n * B), n)
+        out[f"fused_x{n}_update_ms"] = 1e3 * per_call(lambda: agent.update_many(stacked_n), max(1, number // n), reps) / n
+        out[f"sample_x{n}_us"] = 1e6 * per_call(lambda: split_batch(buffer.sample(n * B), n), 20, reps)
+    if mode == "graph":
+        out["update_traces"] = agent.update_trace_count
+    parts.close()
+    return out
+
+
+def acting_floor(cfg: DictConfig, bench: DictConfig) -> dict:
+    """Acting against its floor (a plain numpy forward pass of the same weights) and the TF path."""
+    from training.builder import build_run
+
+    run = run_config(cfg, "graph")
+    run.agent.fast_act = False
+    parts = build_run(run, with_buffer=False)
+    agent, reps = parts.agent, int(bench.repeats)
+    net = agent._acting_net
+    activations = [layer.get_config()["activation"] for layer in net.layers if hasattr(layer, "kernel")]
+    forward = plain_numpy_forward([np.array(w) for w in net.get_weights()], activations)
+    obs, _ = parts.eval_env.reset(seed=0)
+    one = np.asarray(obs, np.float32)[None]
+    out = {
+        "numpy_forward_one_us": 1e6 * per_call(lambda: forward(one), 2000, reps),
+        "act_one_tf_function_us": 1e6 * per_call(lambda: agent.act(one, explore=False), 500, reps),
+    }
+    parts.close()
+    return out
+
+
+def table(results: dict, modes: list[str]) -> str:
+    keys = sorted({k for m in modes for k in results[m]}, key=lambda k: list(next(
+        r for r in (results[m] for m in modes) if k in r)).index(k))
+    lines = ["| measure | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
+    for k in keys:
+        cells = [f"{results[m][k]:.4g}" if k in results[m] else "" for m in modes]
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def cadence_parts_us(r: dict, run: DictConfig) -> float:
+    """Sum of the measured parts per env step at the run's cadence."""
+    u = float(run.updates_per_step)
+    per_phase = float(run.train_every) * u
+    if per_phase > 1 and run.fuse_updates:
+        n = int(per_phase)
+        update_us = 1e3 * r[f"fused_x{n}_update_ms"] + r[f"sample_x{n}_us"] / n
+    else:
+        update_us = 1e3 * r["update_ms"] + r["sample_us"]
+    return r["env_step_us"] + r["act_one_us"] / (1 if run.num_envs == 1 else run.num_envs) + r["buffer_add_us"] + u * update_us
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="throughput")
+def main(cfg: DictConfig) -> None:
+    import tensorflow as tf
+
+    bench = cfg.bench
+    modes = list(bench.modes)
+    results: dict[str, dict] = {}
+    floor = {} if bench.only_loop else acting_floor(cfg, bench)
+    for mode in modes:
+        r = {} if bench.only_loop else measure_parts(cfg, mode, bench)
+        r.update(measure_loop(cfg, mode, bench))
+        if not bench.only_loop:
+            r["parts_us_per_step"] = cadence_parts_us(r, run_config(cfg, mode))
+            r["loop_overhead"] = r["loop_us_per_step"] / r["parts_us_per_step"] - 1.0
+        results[mode] = r
+        print(f"{mode}: {r['loop_steps_per_s']:.1f} env steps/s", flush=True)
+    if "eager" in results and "graph" in results and "update_ms" in results["graph"]:
+        floor["graph_vs_eager_update"] = results["eager"]["update_ms"] / results["graph"]["update_ms"]
+    if floor.get("numpy_forward_one_us") and "graph" in results and "act_one_greedy_us" in results["graph"]:
+        floor["act_vs_numpy_forward"] = results["graph"]["act_one_greedy_us"] / floor["numpy_forward_one_us"]
+        floor["tf_function_vs_numpy_forward"] = floor["act_one_tf_function_us"] / floor["numpy_forward_one_us"]
+
+    choices = HydraConfig.get().runtime.choices
+    name = f"{choices.get('agent')}_{choices.get('env')}"
+    print(f"\n{name}: {cfg.env.id}, network {list(cfg.network.hidden)}, batch {cfg.batch_size}, "
+          f"{cfg.updates_per_step} updates/step, train_every {cfg.train_every}, num_envs {cfg.num_envs}, "
+          f"fuse_updates {cfg.fuse_updates}; median of {bench.repeats}")
+    print(table(results, modes))
+    for k, v in floor.items():
+        print(f"{k}: {v:.4g}")
+    report = {
+        "name": name,
+        "overrides": list(HydraConfig.get().overrides.task),
+        "machine": {"processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+                    "tensorflow": tf.__version__, "python": platform.python_version()},
+        "results": results,
+        "acting": floor,
+    }
+    path = bench.output or os.path.join(ROOT, "benchmarks", "results", f"throughput_{name}.json")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(report, f, indent=2)
+    print(f"written: {path}")
+
+
+if __name__ == "__main__":
+    main()
