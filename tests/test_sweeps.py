@@ -189,3 +189,18 @@ def test_slurm_preset_composes_with_requeue_settings():
     assert launcher["_target_"].endswith("submitit_launcher.SlurmLauncher")
     assert launcher["partition"] == "gpu" and launcher["gpus_per_node"] == 1
     assert launcher["max_num_timeout"] > 0 and launcher["signal_delay_s"] > 0
+
+
+def test_resume_auto_starts_a_fresh_run_and_continues_an_existing_one(tmp_path):
+    def run(*overrides):
+        cmd = [sys.executable, "train.py", f"hydra.run.dir={tmp_path}", "resume=auto", "total_steps=300",
+               "learning_starts=200", "eval_every=150", "eval_episodes=1", "progress=false", *overrides]
+        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+    first = run()
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "resumed" not in first.stdout
+    second = run("total_steps=450")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "resumed" in second.stdout and "at step 300" in second.stdout
+    assert [int(r["step"]) for r in read_csv(tmp_path / "eval.csv")] == [0, 150, 300, 450]
