@@ -28,6 +28,12 @@ CASES = {
         ["agent=td3", "env=ant"],
         ["td3", "Ant-v5", "--hidden", "256", "256", "--batch", "256", "--train-freq", "1"],
     ),
+    # the same update-to-data ratio, with the updates due every 16 steps done together (SB3:
+    # train_freq=16, gradient_steps=16; tfrl fuses the 16 into one compiled call)
+    "td3_ant_every16": (
+        ["agent=td3", "env=ant", "train_every=16"],
+        ["td3", "Ant-v5", "--hidden", "256", "256", "--batch", "256", "--train-freq", "16", "--gradient-steps", "16"],
+    ),
     "dqn_cartpole_every4": (
         ["agent=dqn", "env=cartpole", "network.hidden=[64,64]", "batch_size=64", "updates_per_step=0.25",
          "train_every=4", "buffer.capacity=1000000"],
