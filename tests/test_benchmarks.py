@@ -1,0 +1,34 @@
+"""benchmarks/throughput.py runs for every agent and reports every part. (Its figures are for
+benchmarks/README.md, not asserted here: the machines are shared and noisy.)"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize("agent,env,extra", [
+    ("td3", "pendulum", []),
+    ("ddpg", "pendulum", ["num_envs=2"]),
+    ("dqn", "cartpole", ["network.hidden=[64,64]", "batch_size=64", "updates_per_step=0.25", "train_every=4"]),
+])
+def test_throughput_benchmark_runs_and_reports_every_part(tmp_path, agent, env, extra):
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, "benchmarks/throughput.py", f"agent={agent}", f"env={env}", *extra,
+           "bench.modes=[eager,graph]", "bench.repeats=2", "bench.loop_steps=100", "bench.warmup=300",
+           "bench.buffer_fill=2000", "bench.fuse=4", f"bench.output={out}"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| measure | eager | graph |" in proc.stdout and "| loop_steps_per_s |" in proc.stdout
+    report = json.loads(out.read_text())
+    graph = report["results"]["graph"]
+    for key in ("env_step_us", "act_one_us", "act_batch256_us", "buffer_add_us", "sample_us", "update_ms",
+                "fused_x4_update_ms", "loop_steps_per_s", "loop_overhead_in_loop", "parts_us_per_step"):
+        assert graph[key] > 0 or key == "loop_overhead_in_loop", key
+    assert graph["update_traces"] == 1
+    shares = [v for k, v in graph.items() if k.startswith("loop_share_")]
+    assert 0.5 < sum(shares) <= 1.0  # the timed parts are most of a step, never more than all of it
+    assert report["acting"]["numpy_forward_one_us"] > 0 and report["acting"]["act_one_tf_function_us"] > 0
