@@ -32,7 +32,7 @@ def compile_fn(fn: Callable, input_signature: list, mode: str) -> Callable:
     """Wrap `fn` for the chosen execution mode: eager (plain Python), graph (tf.function) or
     xla (tf.function with jit_compile). A fixed input_signature means one trace per run."""
     if mode == "eager":
-        return fn
+        return lambda *args: fn(*tf.nest.map_structure(tf.convert_to_tensor, args))
     if mode == "graph":
         return ConcreteCall(tf.function(fn, input_signature=input_signature))
     if mode == "xla":
@@ -41,20 +41,40 @@ def compile_fn(fn: Callable, input_signature: list, mode: str) -> Callable:
 
 
 class ConcreteCall:
-    """A tf.function with a fixed input signature, called through its one concrete function.
-    Calling `tf.function` binds and checks its arguments against the signature and looks up the
-    trace on every call; with one signature there is one trace, and calling the concrete function
-    skips that work: about 1.5 ms of a 7 ms TD3 update on Ant here
-    (benchmarks/README.md). Traced on the first call, as a tf.function is."""
+    """A tf.function with a fixed input signature, called through its one concrete function's
+    flat entry point. With one signature there is one trace, so `tf.function.__call__`'s work on
+    every call (binding the arguments to the signature, looking up the trace, checking and
+    flattening the structure) buys nothing: skipping it saves about 1.5 ms of a TD3 update on Ant
+    and 0.3 ms of a small DQN update here (benchmarks/README.md). The inputs are converted to the
+    signature's dtypes, so a wrong dtype still fails loudly. `ConcreteCall._call_flat` is TF's
+    private entry point (TF is pinned to 2.21.x); where it is missing the public call is used.
+    Traced on the first call, as a tf.function is."""
 
     def __init__(self, function):
         self.function = function
         self._concrete = None
+        self._flat_call = None
+
+    def _trace(self) -> None:
+        self._concrete = self.function.get_concrete_function()
+        specs = tf.nest.flatten(self.function.input_signature)
+        captured = self._concrete.captured_inputs
+        flat_call = getattr(self._concrete, "_call_flat", None)
+        inputs = self._concrete.inputs
+        if flat_call is not None and len(specs) + len(captured) == len(inputs) and all(
+            s.dtype == i.dtype for s, i in zip(specs, inputs)
+        ):
+            dtypes = [s.dtype for s in specs]
+            self._flat_call = lambda args: flat_call(
+                [tf.convert_to_tensor(x, dtype=d) for x, d in zip(tf.nest.flatten(args), dtypes)], captured
+            )
 
     def __call__(self, *args):
         if self._concrete is None:
-            self._concrete = self.function.get_concrete_function()
-        return self._concrete(*args)
+            self._trace()
+        if self._flat_call is not None:
+            return self._flat_call(args)
+        return self._concrete(*tf.nest.map_structure(tf.convert_to_tensor, args))
 
     def get_concrete_function(self):
         return self.function.get_concrete_function()
@@ -102,6 +122,9 @@ class CompiledAgent:
         self._net_fn = compile_fn(lambda obs: acting_net(obs, training=False), obs_spec, compile)
         self._np_forward = dense_forward_fn(acting_net) if fast_act else None
         self._np_weights: list[np.ndarray] = []
+        sizes = [int(np.prod(w.shape)) for w in acting_net.weights]
+        ends = np.cumsum(sizes)
+        self._weight_layout = [((int(e - n), int(e)), tuple(w.shape)) for e, n, w in zip(ends, sizes, acting_net.weights)]
         self.refresh_policy()
         signature = batch_signature(obs_dim, action_spec)
         self._update_fn = compile_fn(self._update_and_read_policy, [signature], compile)
@@ -123,9 +146,8 @@ class CompiledAgent:
 
     def update(self, batch: Batch) -> dict[str, tf.Tensor]:
         """One gradient update from a numpy batch; returns metrics as tensors, never logs."""
-        metrics, weights = self._update_fn(Batch(*(tf.convert_to_tensor(x) for x in batch)))
-        if self._np_forward is not None:
-            self._np_weights = [w.numpy() for w in weights]
+        metrics, weights = self._update_fn(batch)
+        self._set_np_weights(weights)
         return metrics
 
     def update_many(self, batches: Batch) -> dict[str, tf.Tensor]:
@@ -133,17 +155,25 @@ class CompiledAgent:
         `batches` holds K batches stacked on a leading axis (K >= 1). One crossing into TensorFlow
         instead of K. Returns the last update's metrics, with `td_error` of all K batches
         concatenated (K*B, for prioritized replay)."""
-        metrics, weights = self._update_many_fn(Batch(*(tf.convert_to_tensor(x) for x in batches)))
-        if self._np_forward is not None:
-            self._np_weights = [w.numpy() for w in weights]
+        metrics, weights = self._update_many_fn(batches)
+        self._set_np_weights(weights)
         return metrics
 
     def _update_and_read_policy(self, batch: Batch):
         return self._update(batch), self._read_policy()
 
-    def _read_policy(self) -> list[tf.Tensor]:
-        # Reads ordered after the update's writes by tf.function's automatic control dependencies.
-        return [tf.identity(v) for v in self._acting_net.weights] if self._np_forward is not None else []
+    def _read_policy(self) -> tf.Tensor:
+        """The acting network's weights, flattened into one tensor (one read back to numpy, not
+        one per weight). Ordered after the update's writes by automatic control dependencies."""
+        if self._np_forward is None:
+            return tf.zeros([0])
+        return tf.concat([tf.reshape(v, [-1]) for v in self._acting_net.weights], axis=0)
+
+    def _set_np_weights(self, flat: tf.Tensor) -> None:
+        if self._np_forward is None:
+            return
+        flat = flat.numpy()
+        self._np_weights = [flat[a:b].reshape(shape) for (a, b), shape in self._weight_layout]
 
     def _update_many_and_read_policy(self, batches: Batch):
         k = tf.shape(batches.reward)[0]
