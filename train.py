@@ -38,11 +38,9 @@ def _console(line: str) -> None:
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float:
-    from training.checkpoints import CheckpointError
+    from training.checkpoints import CheckpointError, list_checkpoints
 
     logging.getLogger("absl").setLevel(logging.WARNING)  # TF's checkpoint INFO lines
-    from training.checkpoints import list_checkpoints
-
     run_dir = HydraConfig.get().runtime.output_dir
     try:
         if cfg.resume == "auto" or (cfg.resume is None and _submitit_job()):
