@@ -77,7 +77,9 @@ class ConcreteCall:
         return self._concrete(*tf.nest.map_structure(tf.convert_to_tensor, args))
 
     def get_concrete_function(self):
-        return self.function.get_concrete_function()
+        if self._concrete is None:
+            self._trace()
+        return self._concrete
 
     def experimental_get_tracing_count(self) -> int:
         return self.function.experimental_get_tracing_count()
@@ -136,7 +138,7 @@ class CompiledAgent:
         obs = np.asarray(obs, dtype=np.float32)
         if self._np_forward is not None:
             return self._np_forward(self._np_weights, obs)
-        return self._net_fn(tf.convert_to_tensor(obs)).numpy()
+        return self._net_fn(obs).numpy()
 
     def refresh_policy(self) -> None:
         """Re-read the acting network's weights for the numpy path; call after changing them
@@ -148,7 +150,7 @@ class CompiledAgent:
         """One gradient update from a numpy batch; returns metrics as tensors, never logs."""
         metrics, weights = self._update_fn(batch)
         self._set_np_weights(weights)
-        return metrics
+        return {**metrics, **self._host_metrics()}
 
     def update_many(self, batches: Batch) -> dict[str, tf.Tensor]:
         """K gradient updates in one compiled call, the same as K calls of `update` in order:
@@ -157,7 +159,11 @@ class CompiledAgent:
         concatenated (K*B, for prioritized replay)."""
         metrics, weights = self._update_many_fn(batches)
         self._set_np_weights(weights)
-        return metrics
+        return {**metrics, **self._host_metrics()}
+
+    def _host_metrics(self) -> dict[str, float]:
+        """Metrics kept outside the graph (e.g. DQN's epsilon), added to every update's."""
+        return {}
 
     def _update_and_read_policy(self, batch: Batch):
         return self._update(batch), self._read_policy()
@@ -176,15 +182,17 @@ class CompiledAgent:
         self._np_weights = [flat[a:b].reshape(shape) for (a, b), shape in self._weight_layout]
 
     def _update_many_and_read_policy(self, batches: Batch):
+        def update_nth(i, td_errors):
+            metrics = self._update(Batch(*(x[i] for x in batches)))
+            return metrics, td_errors.write(i, metrics.pop("td_error"))
+
+        # the first update outside the loop gives the loop its metrics' structure
         k = tf.shape(batches.reward)[0]
-        metrics = self._update(Batch(*(x[0] for x in batches)))
         td_errors = tf.TensorArray(tf.float32, size=k, element_shape=tf.TensorShape([None]), infer_shape=False)
-        td_errors = td_errors.write(0, metrics.pop("td_error"))
+        metrics, td_errors = update_nth(0, td_errors)
 
         def body(i, _, td_errors):
-            m = self._update(Batch(*(x[i] for x in batches)))
-            td_errors = td_errors.write(i, m.pop("td_error"))
-            return i + 1, m, td_errors
+            return (i + 1, *update_nth(i, td_errors))
 
         _, metrics, td_errors = tf.while_loop(lambda i, *_: i < k, body, (tf.constant(1), metrics, td_errors))
         metrics["td_error"] = td_errors.concat()

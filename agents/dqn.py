@@ -96,10 +96,8 @@ class DQN(CompiledAgent):
         return action
 
     # --- updating -----------------------------------------------------------------------
-    def update(self, batch: Batch) -> dict[str, tf.Tensor]:
-        metrics = super().update(batch)
-        metrics["epsilon"] = self.epsilon
-        return metrics
+    def _host_metrics(self) -> dict[str, float]:
+        return {"epsilon": self.epsilon}
 
     def _update(self, batch: Batch) -> dict[str, tf.Tensor]:
         self.updates.assign_add(1)

@@ -51,19 +51,13 @@ def per_call(fn: Callable[[], object], number: int, repeats: int) -> float:
     return statistics.median(times)
 
 
-def plain_numpy_forward(weights: list[np.ndarray], activations: list[str]) -> Callable[[np.ndarray], np.ndarray]:
-    """The floor for acting: the network's forward pass written out in numpy, nothing else."""
-    fns = {"relu": lambda x: np.maximum(x, 0.0), "tanh": np.tanh, "linear": lambda x: x}
-
-    def forward(x):
-        for i, name in enumerate(activations):
-            x = fns[name](x @ weights[2 * i] + weights[2 * i + 1])
-        return x
-
-    return forward
+def updates_per_phase(run: DictConfig) -> int:
+    """Updates the loop runs together at the run's cadence (fused into one call when more than
+    one): one phase every max(train_every, num_envs) env steps."""
+    return int(max(int(run.train_every), int(run.num_envs)) * float(run.updates_per_step))
 
 
-def random_transitions(envs, n: int, rng: np.random.Generator):
+def random_transitions(envs, n: int):
     """n transitions from real env steps with random actions, as the loop adds them."""
     from training.loop import _transition_next_obs
 
@@ -171,10 +165,9 @@ def measure_parts(cfg: DictConfig, mode: str, bench: DictConfig) -> dict:
     agent, buffer, envs = parts.agent, parts.buffer, parts.envs
     reps, B, K = int(bench.repeats), int(run.batch_size), int(bench.fuse)
     n_envs = envs.num_envs
-    rng = np.random.default_rng(0)
     out: dict[str, float] = {}
 
-    transitions = random_transitions(envs, 2000, rng)
+    transitions = random_transitions(envs, 2000)
     envs.reset(seed=1)
     out["env_step_us"] = 1e6 * per_call(lambda: envs.step(envs.action_space.sample()), 200, reps) / n_envs
     obs_batch = np.concatenate([t[0] for t in transitions])[:256].astype(np.float32)
@@ -182,6 +175,8 @@ def measure_parts(cfg: DictConfig, mode: str, bench: DictConfig) -> dict:
     out["act_one_us"] = 1e6 * per_call(lambda: agent.act(one, explore=True), 2000, reps)
     out["act_one_greedy_us"] = 1e6 * per_call(lambda: agent.act(one, explore=False), 2000, reps)
     out["act_batch256_us"] = 1e6 * per_call(lambda: agent.act(obs_batch, explore=False), 200, reps)
+    if n_envs > 1:  # what the loop acts on: one observation per env
+        out[f"act_{n_envs}_us"] = 1e6 * per_call(lambda: agent.act(obs_batch[:n_envs], explore=True), 2000, reps)
 
     i = iter(range(10**9))
     out["buffer_add_us"] = 1e6 * per_call(lambda: buffer.add(*transitions[next(i) % len(transitions)]), 5000, reps) / n_envs
@@ -189,20 +184,15 @@ def measure_parts(cfg: DictConfig, mode: str, bench: DictConfig) -> dict:
         buffer.add(*transitions[next(i) % len(transitions)])
     out["buffer_rows"] = len(buffer)
     out["sample_us"] = 1e6 * per_call(lambda: buffer.sample(B), 500, reps)
-    out[f"sample_x{K}_us"] = 1e6 * per_call(lambda: split_batch(buffer.sample(K * B), K), 50, reps)
 
     batch = buffer.sample(B)
     number = 5 if mode == "eager" else 50
     out["update_ms"] = 1e3 * per_call(lambda: agent.update(batch), number, reps)
-    stacked = split_batch(buffer.sample(K * B), K)
-    out[f"fused_x{K}_update_ms"] = 1e3 * per_call(lambda: agent.update_many(stacked), max(1, number // K), reps) / K
-    # the cadence of the run: updates per phase, fused when there is more than one
-    per_phase = float(run.train_every) * float(run.updates_per_step)
-    if per_phase > 1 and run.fuse_updates and int(per_phase) != K:
-        n = int(per_phase)
-        stacked_n = split_batch(buffer.sample(n * B), n)
-        out[f"fused_x{n}_update_ms"] = 1e3 * per_call(lambda: agent.update_many(stacked_n), max(1, number // n), reps) / n
-        out[f"sample_x{n}_us"] = 1e6 * per_call(lambda: split_batch(buffer.sample(n * B), n), 20, reps)
+    # K fused updates, and the run's own cadence when it fuses another number of updates
+    for n in sorted({K, updates_per_phase(run) if run.fuse_updates else 1} - {1}):
+        stacked = split_batch(buffer.sample(n * B), n)
+        out[f"fused_x{n}_update_ms"] = 1e3 * per_call(lambda: agent.update_many(stacked), max(1, number // n), reps) / n
+        out[f"sample_x{n}_us"] = 1e6 * per_call(lambda: split_batch(buffer.sample(n * B), n), max(1, 800 // n), reps)
     if mode == "graph":
         out["update_traces"] = agent.update_trace_count
     parts.close()
@@ -210,7 +200,9 @@ def measure_parts(cfg: DictConfig, mode: str, bench: DictConfig) -> dict:
 
 
 def acting_floor(cfg: DictConfig, bench: DictConfig) -> dict:
-    """Acting against its floor (a plain numpy forward pass of the same weights) and the TF path."""
+    """Acting against its floor (the numpy forward pass of the same weights, nothing else) and the
+    TF path (`agent.fast_act=false`)."""
+    from networks.numpy_forward import dense_forward_fn
     from training.builder import build_run
 
     run = run_config(cfg, "graph")
@@ -218,12 +210,11 @@ def acting_floor(cfg: DictConfig, bench: DictConfig) -> dict:
     parts = build_run(run, with_buffer=False)
     agent, reps = parts.agent, int(bench.repeats)
     net = agent._acting_net
-    activations = [layer.get_config()["activation"] for layer in net.layers if hasattr(layer, "kernel")]
-    forward = plain_numpy_forward([np.array(w) for w in net.get_weights()], activations)
+    forward, weights = dense_forward_fn(net), [np.array(w) for w in net.get_weights()]
     obs, _ = parts.eval_env.reset(seed=0)
     one = np.asarray(obs, np.float32)[None]
     out = {
-        "numpy_forward_one_us": 1e6 * per_call(lambda: forward(one), 2000, reps),
+        "numpy_forward_one_us": 1e6 * per_call(lambda: forward(weights, one), 2000, reps),
         "act_one_tf_function_us": 1e6 * per_call(lambda: agent.act(one, explore=False), 500, reps),
     }
     parts.close()
@@ -231,8 +222,7 @@ def acting_floor(cfg: DictConfig, bench: DictConfig) -> dict:
 
 
 def table(results: dict, modes: list[str]) -> str:
-    keys = sorted({k for m in modes for k in results[m]}, key=lambda k: list(next(
-        r for r in (results[m] for m in modes) if k in r)).index(k))
+    keys = list(dict.fromkeys(k for m in modes for k in results[m]))  # in the order measured
     lines = ["| measure | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
     for k in keys:
         cells = [f"{results[m][k]:.4g}" if k in results[m] else "" for m in modes]
@@ -241,15 +231,14 @@ def table(results: dict, modes: list[str]) -> str:
 
 
 def cadence_parts_us(r: dict, run: DictConfig) -> float:
-    """Sum of the measured parts per env step at the run's cadence."""
-    u = float(run.updates_per_step)
-    per_phase = float(run.train_every) * u
-    if per_phase > 1 and run.fuse_updates:
-        n = int(per_phase)
+    """Sum of the parts timed one by one, per env step at the run's cadence."""
+    n_envs, n = int(run.num_envs), updates_per_phase(run)
+    if n > 1 and run.fuse_updates:
         update_us = 1e3 * r[f"fused_x{n}_update_ms"] + r[f"sample_x{n}_us"] / n
     else:
         update_us = 1e3 * r["update_ms"] + r["sample_us"]
-    return r["env_step_us"] + r["act_one_us"] / (1 if run.num_envs == 1 else run.num_envs) + r["buffer_add_us"] + u * update_us
+    act_us = r["act_one_us"] if n_envs == 1 else r[f"act_{n_envs}_us"] / n_envs
+    return r["env_step_us"] + act_us + r["buffer_add_us"] + float(run.updates_per_step) * update_us
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="throughput")

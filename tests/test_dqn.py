@@ -224,6 +224,7 @@ def test_fused_dqn_updates_equal_the_same_updates_one_by_one(network):
             m_ref = one_by_one.update(b)
         m_fused = fused.update_many(Batch(*(np.stack(xs) for xs in zip(*batches))))
         np.testing.assert_allclose(m_fused["loss"], m_ref["loss"], rtol=1e-5)
+        assert m_fused["epsilon"] == m_ref["epsilon"]  # the host-side metric comes with fused updates too
         np.testing.assert_allclose(m_fused["td_error"][-16:], m_ref["td_error"], rtol=1e-5, atol=1e-6)
     for a, b in zip(one_by_one.q_target.get_weights() + one_by_one.q.get_weights(),
                     fused.q_target.get_weights() + fused.q.get_weights()):

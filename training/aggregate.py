@@ -64,6 +64,8 @@ from typing import Callable, Sequence
 import numpy as np
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from training.resume import hydra_record
+
 CONFIDENCE = 0.95
 TAUS = np.linspace(0.0, 1.0, 101)  # thresholds of the performance profile (normalized scores)
 # Overrides that do not change what a run learns; a group whose runs differ only in these is not noted.
@@ -342,19 +344,14 @@ def read_eval_csv(path: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
 
 
 def load_run(path: str) -> Run | Skipped:
-    hydra_dir = os.path.join(path, ".hydra")
     try:
-        cfg = OmegaConf.load(os.path.join(hydra_dir, "config.yaml"))
+        cfg = OmegaConf.load(os.path.join(path, ".hydra", "config.yaml"))
     except Exception as err:
         return Skipped(path, f"unreadable .hydra/config.yaml ({err})")
     problems = []
     choices, override_lines = {}, []
     try:
-        if os.path.exists(os.path.join(hydra_dir, "hydra.yaml")):
-            choices = _plain(OmegaConf.select(OmegaConf.load(os.path.join(hydra_dir, "hydra.yaml")),
-                                              "hydra.runtime.choices", default=None)) or {}
-        if os.path.exists(os.path.join(hydra_dir, "overrides.yaml")):
-            override_lines = [str(o) for o in OmegaConf.load(os.path.join(hydra_dir, "overrides.yaml"))]
+        choices, override_lines = hydra_record(path)
     except Exception as err:
         problems.append(f"unreadable .hydra/hydra.yaml or overrides.yaml ({err}); agent/env from the config")
     summary, summary_path = None, os.path.join(path, "summary.json")

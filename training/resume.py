@@ -1,4 +1,5 @@
-"""Rebuild a saved run's config (for resume and evaluate.py) from `<run_dir>/.hydra/config.yaml`."""
+"""What a run directory's `.hydra/` records: its config (rebuilt for resume and evaluate.py), and
+the config group choices and command-line overrides that made it (for summary.json and aggregate.py)."""
 from __future__ import annotations
 
 import os
@@ -18,6 +19,19 @@ def load_run_config(run_dir: str) -> DictConfig:
     if not os.path.exists(path):
         raise ConfigError(f"'{run_dir}' has no .hydra/config.yaml, so it is not a run directory of train.py; pass the directory a training run wrote.")
     return OmegaConf.load(path)
+
+
+def hydra_record(run_dir: str) -> tuple[dict, list[str]]:
+    """The config group choices (`{"agent": "td3", ...}`) and the command-line overrides of the run
+    in `run_dir`, from `.hydra/hydra.yaml` and `.hydra/overrides.yaml`; empty where a file is absent."""
+    hydra_dir = os.path.join(run_dir, ".hydra")
+    choices, overrides = {}, []
+    if os.path.exists(os.path.join(hydra_dir, "hydra.yaml")):
+        node = OmegaConf.select(OmegaConf.load(os.path.join(hydra_dir, "hydra.yaml")), "hydra.runtime.choices", default=None)
+        choices = OmegaConf.to_container(node) if node is not None else {}
+    if os.path.exists(os.path.join(hydra_dir, "overrides.yaml")):
+        overrides = [str(o) for o in OmegaConf.load(os.path.join(hydra_dir, "overrides.yaml"))]
+    return choices, overrides
 
 
 def resume_config(run_dir: str, overrides: list[str]) -> DictConfig:

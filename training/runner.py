@@ -21,6 +21,7 @@ from training.checkpoints import Checkpointer, list_checkpoints, resolve_checkpo
 from training.config import ConfigError
 from training.loggers import ConsoleLogger, CSVLogger, MultiLogger, TensorBoardLogger, WandbLogger
 from training.loop import LoopHooks, LoopState, initial_state, train
+from training.resume import hydra_record
 
 
 class StopSignal:
@@ -72,12 +73,7 @@ def describe(cfg: DictConfig) -> dict:
 def run_identity(cfg: DictConfig, run_dir: str) -> dict:
     """Who a run is, for summary.json and aggregate.py: agent and env (the config group choices
     when Hydra composed the run), seed, and the command-line overrides that made it."""
-    hydra_dir = os.path.join(run_dir, ".hydra")
-    choices, overrides = {}, []
-    if os.path.exists(os.path.join(hydra_dir, "hydra.yaml")):
-        choices = OmegaConf.to_container(OmegaConf.load(os.path.join(hydra_dir, "hydra.yaml")).hydra.runtime.choices)
-    if os.path.exists(os.path.join(hydra_dir, "overrides.yaml")):
-        overrides = [str(o) for o in OmegaConf.load(os.path.join(hydra_dir, "overrides.yaml"))]
+    choices, overrides = hydra_record(run_dir)
     return {
         "agent": choices.get("agent") or cfg.agent._target_.rsplit(".", 1)[-1].lower(),
         "env": choices.get("env") or cfg.env.id,
