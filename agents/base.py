@@ -19,12 +19,23 @@ from networks.numpy_forward import dense_forward_fn
 COMPILE_MODES = ("eager", "graph", "xla")
 
 
+class UpdateSource(Protocol):
+    """What `update_from` draws batches from: the training loop's env steps. Each call receives
+    the TD errors of the batches it handed out the previous time (None if none, or on the first
+    call), does whatever it needs (store priorities, act, step the envs, ...) and returns K
+    batches stacked on a leading axis (or None for no update now) and whether to be called again.
+    When it is called the agent already acts with the weights of the last update."""
+
+    def __call__(self, td_error: np.ndarray | None) -> tuple[Batch | None, bool]: ...
+
+
 class Agent(Protocol):
     ACTION_KIND: str  # "continuous" or "discrete": which action spaces the agent accepts
 
     def act(self, obs: np.ndarray, explore: bool) -> np.ndarray: ...
     def update(self, batch: Batch) -> dict[str, tf.Tensor]: ...
     def update_many(self, batches: Batch) -> dict[str, tf.Tensor]: ...  # K stacked batches, K updates
+    def update_from(self, source: UpdateSource) -> dict[str, tf.Tensor] | None: ...
     def trackables(self) -> dict[str, Any]: ...
 
 
@@ -128,10 +139,16 @@ class CompiledAgent:
         ends = np.cumsum(sizes)
         self._weight_layout = [((int(e - n), int(e)), tuple(w.shape)) for e, n, w in zip(ends, sizes, acting_net.weights)]
         self.refresh_policy()
-        signature = batch_signature(obs_dim, action_spec)
+        self._signature = signature = batch_signature(obs_dim, action_spec)
+        self._metric_spec = None
         self._update_fn = compile_fn(self._update_and_read_policy, [signature], compile)
         # traced on first use only
         self._update_many_fn = compile_fn(self._update_many_and_read_policy, [stacked(signature)], compile)
+        # The graph driver needs numpy acting: a source acting through TF from inside a running
+        # graph could wait on the threads that graph holds.
+        self._drive_fn = compile_fn(self._drive, [], "graph") if compile == "graph" and self._np_forward is not None else None
+        self._source: UpdateSource | None = None
+        self._no_batches = Batch(*(np.zeros([0, 0, *s.shape[1:]], s.dtype.as_numpy_dtype) for s in signature))
 
     def _forward(self, obs: np.ndarray) -> np.ndarray:
         """The acting network's output for a batch of observations, as numpy."""
@@ -175,28 +192,114 @@ class CompiledAgent:
             return tf.zeros([0])
         return tf.concat([tf.reshape(v, [-1]) for v in self._acting_net.weights], axis=0)
 
-    def _set_np_weights(self, flat: tf.Tensor) -> None:
+    def _set_np_weights(self, flat) -> None:
         if self._np_forward is None:
             return
-        flat = flat.numpy()
+        # a tensor's own numpy view, or a copy of an array that TF may reuse (tf.numpy_function)
+        flat = flat.numpy() if isinstance(flat, tf.Tensor) else np.array(flat)
         self._np_weights = [flat[a:b].reshape(shape) for (a, b), shape in self._weight_layout]
 
     def _update_many_and_read_policy(self, batches: Batch):
-        def update_nth(i, td_errors):
-            metrics = self._update(Batch(*(x[i] for x in batches)))
-            return metrics, td_errors.write(i, metrics.pop("td_error"))
+        return self._run_updates(batches, self._metric_zeros()), self._read_policy()
 
-        # the first update outside the loop gives the loop its metrics' structure
+    def _run_updates(self, batches: Batch, metrics: dict) -> dict:
+        """K >= 0 updates in the graph, in order, over K batches stacked on a leading axis (a
+        `tf.while_loop`, traced once for any K). Returns the last update's metrics (`metrics`
+        itself when K is 0), with `td_error` of all K batches concatenated."""
         k = tf.shape(batches.reward)[0]
+        metrics = {name: m for name, m in metrics.items() if name != "td_error"}
         td_errors = tf.TensorArray(tf.float32, size=k, element_shape=tf.TensorShape([None]), infer_shape=False)
-        metrics, td_errors = update_nth(0, td_errors)
 
         def body(i, _, td_errors):
-            return (i + 1, *update_nth(i, td_errors))
+            metrics = self._update(Batch(*(x[i] for x in batches)))
+            return i + 1, metrics, td_errors.write(i, metrics.pop("td_error"))
 
-        _, metrics, td_errors = tf.while_loop(lambda i, *_: i < k, body, (tf.constant(1), metrics, td_errors))
-        metrics["td_error"] = td_errors.concat()
-        return metrics, self._read_policy()
+        _, metrics, td_errors = tf.while_loop(lambda i, *_: i < k, body, (tf.constant(0), metrics, td_errors))
+        metrics["td_error"] = tf.cond(k > 0, td_errors.concat, lambda: tf.zeros([0]))
+        return metrics
+
+    def _metric_zeros(self) -> dict[str, tf.Tensor]:
+        """Zeros shaped like one update's metrics: the starting value of a loop over updates."""
+        if self._metric_spec is None:
+            fn = self._update_fn
+            if not hasattr(fn, "get_concrete_function"):  # eager: trace a throwaway graph
+                fn = tf.function(self._update_and_read_policy, input_signature=[self._signature])
+            self._metric_spec = fn.get_concrete_function().structured_outputs[0]
+        return {k: tf.zeros([d or 0 for d in v.shape], v.dtype) for k, v in self._metric_spec.items()}
+
+    # --- the env loop driven from inside the graph --------------------------------------
+    def update_from(self, source: UpdateSource) -> dict[str, tf.Tensor] | None:
+        """Updates on the batches `source` hands out, until it says stop. In graph mode (with
+        numpy acting) the whole exchange is one compiled call: a `tf.while_loop` that reaches
+        `source` through `tf.numpy_function` and runs the updates in the graph, so the fixed cost
+        of entering TensorFlow is paid once per call instead of once per update phase. Other
+        modes run the same exchange from Python. See `UpdateSource` for the contract.
+
+        Returns the last update's metrics, or None if `source` handed out no batches. Their
+        `td_error` (the last batches', for prioritized replay) is present only if it has not
+        already gone to `source`."""
+        self._source, self._source_error = source, None
+        self._td_pending, self._source_updates = False, 0
+        try:
+            if self._drive_fn is not None:
+                metrics, weights = self._drive_fn()
+                self._set_np_weights(weights)
+            else:
+                metrics = self._drive_from_python()
+        except tf.errors.OpError:
+            if self._source_error is not None:  # the source's own error, not TF's wrapping of it
+                raise self._source_error from None
+            raise
+        finally:
+            self._source = None
+        if not self._source_updates:
+            return None
+        if not self._td_pending:
+            metrics = {k: v for k, v in metrics.items() if k != "td_error"}
+        return {**metrics, **self._source_host_metrics}
+
+    def _drive(self):
+        signature = stacked(self._signature)
+        dtypes = [s.dtype for s in signature] + [tf.bool]
+
+        def body(_, metrics, weights):
+            *batches, more = tf.numpy_function(self._call_source, [weights, metrics["td_error"]], dtypes, stateful=True)
+            batches = Batch(*(tf.ensure_shape(x, s.shape) for x, s in zip(batches, signature)))
+            metrics = self._run_updates(batches, metrics)
+            return tf.ensure_shape(more, []), metrics, self._read_policy()
+
+        start = (tf.constant(True), self._metric_zeros(), self._read_policy())
+        shapes = (tf.TensorShape([]), {k: v.shape for k, v in self._metric_spec.items()}, start[2].shape)
+        _, metrics, weights = tf.while_loop(lambda more, *_: more, body, start, shape_invariants=shapes)
+        return metrics, weights
+
+    def _drive_from_python(self):
+        metrics, more = None, True
+        while more:
+            td_error = metrics["td_error"] if metrics is not None else np.zeros([0], np.float32)
+            *batches, more = self._call_source(None, td_error)
+            if len(batches[0]):
+                metrics = self.update_many(Batch(*batches))
+        return metrics
+
+    def _call_source(self, weights, td_error):
+        """One exchange with the source: the acting weights of the last update (None: already
+        set) and the TD errors of the batches it handed out last; returns its next batches (K
+        may be 0) and whether to call it again."""
+        try:
+            if weights is not None:
+                self._set_np_weights(weights)
+            batches, more = self._source(np.array(td_error) if self._td_pending else None)
+        except BaseException as err:
+            self._source_error = err
+            raise
+        self._td_pending = batches is not None and len(batches.reward) > 0
+        if self._td_pending:
+            self._source_updates += len(batches.reward)
+            self._source_host_metrics = self._host_metrics()  # as of these updates, as `update` has them
+        else:
+            batches = self._no_batches
+        return (*batches, np.bool_(more))
 
     def _update(self, batch: Batch) -> dict[str, tf.Tensor]:
         raise NotImplementedError

@@ -73,10 +73,13 @@ def random_transitions(envs, n: int):
 
 class _PartTimer:
     """Wraps the calls the loop makes (env step, act, buffer add and sample, update) to add up
-    the time spent in each, so the loop's own overhead is measured inside the same run."""
+    the time spent in each, so the loop's own overhead is measured inside the same run. A part's
+    time excludes the parts it calls: with `steps_per_call`, the update's compiled call runs the
+    env steps, acting and sampling, and "update" is the rest of that call."""
 
     def __init__(self):
         self.spent: dict[str, float] = {}
+        self._nested: list[float] = []  # per open call: time spent in the parts it called
 
     def wrap(self, obj, method: str, part: str) -> None:
         fn = getattr(obj, method)
@@ -84,10 +87,14 @@ class _PartTimer:
 
         def timed(*args, **kwargs):
             t0 = time.perf_counter()
+            self._nested.append(0.0)
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.spent[part] += time.perf_counter() - t0
+                elapsed = time.perf_counter() - t0
+                self.spent[part] += elapsed - self._nested.pop()
+                if self._nested:
+                    self._nested[-1] += elapsed
 
         setattr(obj, method, timed)
 
@@ -134,6 +141,7 @@ def measure_loop(cfg: DictConfig, mode: str, bench: DictConfig) -> dict:
     timer = _PartTimer()
     for obj, method, part in [(parts.envs, "step", "env_step"), (parts.agent, "act", "act"),
                               (parts.agent, "update", "update"), (parts.agent, "update_many", "update"),
+                              (parts.agent, "update_from", "update"),
                               (parts.buffer, "add", "buffer_add"), (parts.buffer, "sample", "sample")]:
         timer.wrap(obj, method, part)
     records = _Records(timer)

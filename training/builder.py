@@ -109,5 +109,6 @@ def loop_settings(cfg: DictConfig) -> LoopSettings:
         checkpoint_every=int(cfg.checkpoint_every),
         train_every=int(cfg.train_every),
         fuse_updates=bool(cfg.fuse_updates),
+        steps_per_call=int(cfg.steps_per_call),
         progress=bool(cfg.progress),
     )

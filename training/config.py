@@ -53,6 +53,12 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"gamma must lie in [0, 1], got {cfg.gamma}.")
     if not isinstance(cfg.checkpoint_every, int) or cfg.checkpoint_every < 0:
         raise ConfigError(f"checkpoint_every must be a non-negative integer (0 = only at the end), got {cfg.checkpoint_every!r}.")
+    spc = cfg.get("steps_per_call", 0)
+    if not isinstance(spc, int) or isinstance(spc, bool) or spc < 0:
+        raise ConfigError(
+            f"steps_per_call must be a non-negative integer (env steps per compiled call; 0 = one "
+            f"call per update phase), got {spc!r}; set e.g. steps_per_call=1000."
+        )
     if not isinstance(cfg.checkpoint_keep, int) or cfg.checkpoint_keep < 1:
         raise ConfigError(f"checkpoint_keep must be a positive integer, got {cfg.checkpoint_keep!r}.")
     if cfg.compile not in ("eager", "graph", "xla"):

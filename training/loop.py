@@ -28,6 +28,9 @@ class LoopSettings:
     checkpoint_every: int = 0  # env steps between checkpoints; 0 = none but the final one
     train_every: int = 1  # env steps between update phases; the updates due are done together
     fuse_updates: bool = True  # the updates of one phase in one compiled call (agent.update_many)
+    # env steps one call of agent.update_from may drive from inside the compiled update loop
+    # (0: the loop calls the update every phase); needs fuse_updates
+    steps_per_call: int = 0
     progress: bool = True
 
 
@@ -126,6 +129,7 @@ def train(
     t_start = time.perf_counter()
     wall_before = st.wall_time
     t_log, step_log = t_start, st.step
+    episodes: list[tuple[int, float, int]] = []  # (step, return, length) of episodes not yet logged
 
     def run_eval() -> None:
         result = evaluate(agent, eval_env, s.eval_episodes, seed=s.seed + 100)
@@ -137,12 +141,9 @@ def train(
             st.best_return = result["return_mean"]
             hooks.checkpoint(st, "best")
 
-    stopped = False
-    while st.step < s.total_steps:
-        if st.step >= st.next_eval:
-            st.next_eval += s.eval_every
-            run_eval()
-
+    def env_step() -> int:
+        """One step of every env: act, step, store, count the updates due. Returns how many
+        updates are due now (0 outside an update phase)."""
         learning = st.step >= s.learning_starts  # as sfujim/TD3: t >= start_timesteps
         action = agent.act(st.obs, explore=True) if learning else envs.action_space.sample()
         next_obs, reward, terminated, truncated, infos = envs.step(action)
@@ -151,19 +152,50 @@ def train(
         st.obs = next_obs
         st.step += num_envs
         bar.update(num_envs)
-
         if "episode" in infos:
             for i in np.flatnonzero(infos["_episode"]):
-                logger.log(
-                    "train",
-                    st.step,
-                    {"episode_return": float(infos["episode"]["r"][i]), "episode_length": int(infos["episode"]["l"][i])},
-                )
+                episodes.append((st.step, float(infos["episode"]["r"][i]), int(infos["episode"]["l"][i])))
+        if not learning:
+            return 0
+        st.updates_due += num_envs * s.updates_per_step
+        if st.step % s.train_every >= num_envs:
+            return 0
+        n = int(st.updates_due)
+        st.updates_due -= n
+        st.updates += n
+        return n
 
-        if learning:
-            st.updates_due += num_envs * s.updates_per_step
-        if learning and st.step % s.train_every < num_envs:
-            n = int(st.updates_due)
+    def event_due() -> bool:
+        """Whether the loop has something to do besides stepping and updating (see below)."""
+        return (st.step >= min(st.next_eval, st.next_log, s.total_steps) or hooks.stop_requested()
+                or 0 < st.next_checkpoint <= st.step)
+
+    def source(td_error: np.ndarray | None):
+        """agent.update_from's source: env steps up to the next update phase, its batches drawn
+        together; asks to stop at anything event_due() names or after steps_per_call steps."""
+        if td_error is not None:
+            buffer.update_priorities(td_error)
+        first = st.step
+        while True:
+            n = env_step()
+            more = not event_due() and st.step - first < s.steps_per_call
+            if n or not more:
+                return (split_batch(buffer.sample(n * s.batch_size), n) if n else None), more
+
+    stopped = False
+    while st.step < s.total_steps:
+        if st.step >= st.next_eval:
+            st.next_eval += s.eval_every
+            run_eval()
+
+        if s.steps_per_call > 0 and s.fuse_updates and st.step >= s.learning_starts:
+            # many steps and their updates in one call into the compiled graph
+            last = agent.update_from(source)
+            if last is not None:
+                metrics = last
+                if "td_error" in metrics:  # the last batches' errors, which the source has not had
+                    buffer.update_priorities(metrics["td_error"])
+        elif n := env_step():
             if n > 1 and s.fuse_updates:
                 metrics = agent.update_many(split_batch(buffer.sample(n * s.batch_size), n))
                 buffer.update_priorities(metrics.get("td_error"))
@@ -171,8 +203,9 @@ def train(
                 for _ in range(n):
                     metrics = agent.update(buffer.sample(s.batch_size))
                     buffer.update_priorities(metrics.get("td_error"))
-            st.updates_due -= n
-            st.updates += n
+        for step, ret, length in episodes:  # logged here: never from inside a compiled call
+            logger.log("train", step, {"episode_return": ret, "episode_length": length})
+        episodes.clear()
 
         if st.step >= st.next_log:
             now = time.perf_counter()
