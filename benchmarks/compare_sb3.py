@@ -45,6 +45,10 @@ CASES = {
         ["dqn", "CartPole-v1", "--hidden", "64", "64", "--batch", "64", "--train-freq", "1"],
     ),
 }
+# The DQN cases again with one inter-op thread: a runtime setting, not an algorithm one (the ops
+# of a 64-64 update are too short to be worth handing to another thread).
+for _name in ("dqn_cartpole_every4", "dqn_cartpole_every1"):
+    CASES[f"{_name}_inter1"] = (CASES[_name][0] + ["tf_threads.inter_op=1"], CASES[_name][1])
 
 
 def run_tfrl(overrides: list[str], steps: int, warmup: int, repeats: int) -> float:

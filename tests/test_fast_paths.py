@@ -1,5 +1,7 @@
 """The loop's fast paths change how fast a run goes, never what it computes: fused updates and
-vector envs keep the update-to-data ratio, and a fused run equals the same run update by update."""
+vector envs keep the update-to-data ratio, a fused run equals the same run update by update, and
+a run whose env steps are driven from inside the compiled update (steps_per_call) equals the run
+that calls the update from Python."""
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
@@ -42,8 +44,9 @@ def run(cfg):
     return summary, calls, weights
 
 
+# the per-phase paths: the loop calls update / update_many itself
 COMMON = ["env=pendulum", "total_steps=480", "learning_starts=200", "eval_every=1000", "eval_episodes=1",
-          "batch_size=32", "network.hidden=[32,32]", "deterministic=true", "progress=false"]
+          "batch_size=32", "network.hidden=[32,32]", "deterministic=true", "progress=false", "steps_per_call=0"]
 
 
 def test_fused_run_equals_the_same_run_update_by_update(make_cfg):
@@ -66,3 +69,124 @@ def test_vector_envs_keep_the_update_to_data_ratio(make_cfg, vectorization, upda
     assert summary["steps"] == 480 and summary["updates"] == calls.batches == expected
     # four transitions per loop iteration: their updates go in one fused call
     assert calls.update == 0 and calls.update_many == 70
+
+
+class Records:
+    """A logger that keeps every record but the wall-clock ones."""
+
+    def __init__(self):
+        self.rows = []
+
+    def log(self, kind, step, metrics):
+        self.rows.append((kind, step, {k: v for k, v in metrics.items() if k not in ("wall_time", "steps_per_second")}))
+
+    def close(self):
+        pass
+
+
+def run_recorded(cfg, stop_at=None):
+    """A run with its log records, checkpoint requests (step, kind) and final acting weights;
+    `stop_at`: a stop request (as a signal would make) from that step on."""
+    from training.loop import LoopHooks
+
+    OmegaConf.resolve(cfg)
+    parts = build_run(cfg)
+    records, checkpoints = Records(), []
+    driven = []
+    orig = parts.agent.update_from
+
+    def update_from(source):
+        driven.append(1)
+        return orig(source)
+
+    parts.agent.update_from = update_from
+    state = {}
+
+    def checkpoint(st, kind):
+        state["st"] = st
+        checkpoints.append((st.step, kind))
+
+    hooks = LoopHooks(checkpoint=checkpoint,
+                      stop_requested=lambda: stop_at is not None and "st" in state and state["st"].step >= stop_at)
+    try:
+        from training.loop import initial_state
+        state["st"] = initial_state(parts.envs, loop_settings(cfg))
+        summary = train(parts.agent, parts.buffer, parts.envs, parts.eval_env, loop_settings(cfg), records,
+                        state=state["st"], hooks=hooks)
+        weights = [np.array(w) for w in parts.agent._acting_net.get_weights()]
+        numpy_weights = [np.array(w) for w in parts.agent._np_weights]
+    finally:
+        parts.close()
+    return dict(summary=summary, rows=records.rows, checkpoints=checkpoints, weights=weights,
+                numpy_weights=numpy_weights, calls=len(driven), agent=parts.agent)
+
+
+DRIVEN = [
+    # TD3 with two envs, periodic checkpoints and a stop request between events
+    (["agent=td3", "env=pendulum", "num_envs=2", "checkpoint_every=300", "log_every=100"], 1100),
+    # DQN with prioritized replay, one update every 4 steps, updates fused per phase
+    (["agent=dqn", "env=cartpole", "buffer=prioritized", "updates_per_step=0.25", "train_every=1",
+      "log_every=250", "checkpoint_every=0"], None),
+    (["agent=dqn", "env=cartpole", "train_every=4", "updates_per_step=1", "compile=xla", "log_every=250",
+      "checkpoint_every=0"], None),
+]
+
+
+@pytest.mark.parametrize("overrides,stop_at", DRIVEN)
+def test_a_run_driven_from_inside_the_graph_equals_the_run_driven_from_python(make_cfg, overrides, stop_at):
+    common = [*overrides, "total_steps=1500", "learning_starts=300", "eval_every=500", "eval_episodes=2",
+              "batch_size=32", "network.hidden=[32,32]", "deterministic=true", "progress=false"]
+    driven = run_recorded(make_cfg(*common, "steps_per_call=400"), stop_at)
+    plain = run_recorded(make_cfg(*common, "steps_per_call=0"), stop_at)
+    assert plain["calls"] == 0 and driven["calls"] > 0
+    # one call per stretch between events (eval, log, checkpoint, stop, or steps_per_call steps)
+    events = len([r for r in plain["rows"] if r[0] in ("eval", "update")]) + len(plain["checkpoints"])
+    assert driven["calls"] <= events + 1500 // 400
+    assert driven["summary"]["steps"] == plain["summary"]["steps"]
+    assert driven["summary"]["updates"] == plain["summary"]["updates"] > 0
+    assert driven["summary"]["stopped"] == plain["summary"]["stopped"] == (stop_at is not None)
+    assert driven["checkpoints"] == plain["checkpoints"]
+    assert [r[:2] for r in driven["rows"]] == [r[:2] for r in plain["rows"]]  # same records at the same steps
+    for (kind, step, a), (_, _, b) in zip(driven["rows"], plain["rows"]):
+        assert a.keys() == b.keys(), (kind, step)
+        np.testing.assert_allclose([a[k] for k in a], [b[k] for k in a], rtol=1e-5, err_msg=f"{kind} at {step}")
+    for a, b, n in zip(driven["weights"], plain["weights"], driven["numpy_weights"]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(n, a)  # numpy acting holds the last update's weights
+    if driven["agent"].compile_mode == "graph":
+        assert driven["agent"]._drive_fn.experimental_get_tracing_count() == 1  # traced once per run
+
+
+def test_a_source_error_reaches_the_caller_as_itself(make_cfg):
+    cfg = make_cfg("agent=td3", "env=pendulum", "network.hidden=[16,16]", "batch_size=8", "progress=false")
+    OmegaConf.resolve(cfg)
+    parts = build_run(cfg, with_buffer=False)
+    calls = []
+
+    def source(td_error):
+        calls.append(td_error)
+        if len(calls) == 3:
+            raise KeyError("the env went away")
+        batch = [np.zeros((2, 8, *s.shape[1:]), s.dtype.as_numpy_dtype) for s in parts.agent._signature]
+        return type(parts.agent._no_batches)(*batch), True
+
+    try:
+        with pytest.raises(KeyError, match="the env went away"):
+            parts.agent.update_from(source)
+    finally:
+        parts.close()
+    assert calls[0] is None and calls[1].shape == (16,)  # the TD errors of the 2 x 8 batches it gave
+    assert int(parts.agent.updates.numpy()) == 4
+
+
+def test_thread_pools_that_can_no_longer_change_are_refused_clearly():
+    import tensorflow as tf
+
+    from training.config import ConfigError
+    from training.seeding import configure_threads
+
+    tf.constant(1.0) + 1.0  # TF is running: its pools are fixed
+    current = tf.config.threading.get_inter_op_parallelism_threads()
+    configure_threads(inter_op=current or None)  # what is in place already is fine
+    with pytest.raises(ConfigError, match=r"tf_threads.inter_op=\d+ cannot be applied: TensorFlow is already running"):
+        configure_threads(inter_op=current + 3)

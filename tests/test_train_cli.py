@@ -54,6 +54,8 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
         (["total_steps=-5"], "total_steps must be a positive integer"),
         (["env.id=Pendulm-v1"], "Did you mean Pendulum-v1"),
         (["compile=fast"], "compile must be eager, graph or xla"),
+        (["steps_per_call=-1"], "steps_per_call must be a non-negative integer"),
+        (["tf_threads.inter_op=0"], "tf_threads.inter_op must be a positive integer or null"),
         (["agent=dqn", "env=pendulum"], "DQN needs a discrete action space"),
         (["agent=dqn", "env=cartpole", "buffer=prioritized", "buffer.alpha=-1"], "buffer.alpha must be >= 0"),
         (["agent=dqn", "env=cartpole", "buffer=prioritized", "buffer.beta=1.5"], "buffer.beta must lie in [0, 1]"),
