@@ -32,3 +32,16 @@ def test_throughput_benchmark_runs_and_reports_every_part(tmp_path, agent, env, 
     shares = [v for k, v in graph.items() if k.startswith("loop_share_")]
     assert 0.5 < sum(shares) <= 1.0  # the timed parts are most of a step, never more than all of it
     assert report["acting"]["numpy_forward_one_us"] > 0 and report["acting"]["act_one_tf_function_us"] > 0
+
+
+def test_loop_ab_measures_every_variant_in_one_process(tmp_path):
+    out = tmp_path / "ab.json"
+    cmd = [sys.executable, "benchmarks/loop_ab.py", "agent=td3", "env=pendulum", "network.hidden=[16,16]",
+           "batch_size=16", "--variants", "", "steps_per_call=0", "--rounds", "2", "--steps", "60",
+           "--intervals", "2", "--warmup", "100", "--output", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| (as is) |" in proc.stdout and "| steps_per_call=0 |" in proc.stdout
+    rates = json.loads(out.read_text())["env_steps_per_s"]
+    assert set(rates) == {"", "steps_per_call=0"}
+    assert all(len(r["rounds"]) == 2 and r["median"] > 0 for r in rates.values())
