@@ -147,7 +147,9 @@ class CompiledAgent:
         # The graph driver needs numpy acting: a source acting through TF from inside a running
         # graph could wait on the threads that graph holds.
         self._drive_fn = compile_fn(self._drive, [], "graph") if compile == "graph" and self._np_forward is not None else None
-        self._source: UpdateSource | None = None
+        self._source: UpdateSource | None = None  # set during update_from only
+        self._source_error: BaseException | None = None
+        self._td_pending, self._source_updates, self._source_host_metrics = False, 0, {}
         self._no_batches = Batch(*(np.zeros([0, 0, *s.shape[1:]], s.dtype.as_numpy_dtype) for s in signature))
 
     def _forward(self, obs: np.ndarray) -> np.ndarray:

@@ -166,7 +166,8 @@ def train(
         return n
 
     def event_due() -> bool:
-        """Whether the loop has something to do besides stepping and updating (see below)."""
+        """Whether the loop has to act between steps now: an evaluation, a log record, a
+        checkpoint, the end of the run or a stop request. A driven call returns for these."""
         return (st.step >= min(st.next_eval, st.next_log, s.total_steps) or hooks.stop_requested()
                 or 0 < st.next_checkpoint <= st.step)
 
