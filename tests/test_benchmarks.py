@@ -45,3 +45,13 @@ def test_loop_ab_measures_every_variant_in_one_process(tmp_path):
     rates = json.loads(out.read_text())["env_steps_per_s"]
     assert set(rates) == {"", "steps_per_call=0"}
     assert all(len(r["rounds"]) == 2 and r["median"] > 0 for r in rates.values())
+
+
+def test_profile_update_reads_the_ops_of_both_ways_of_calling():
+    cmd = [sys.executable, "benchmarks/profile_update.py", "agent=dqn", "env=cartpole", "network.hidden=[16,16]",
+           "batch_size=16", "--k", "2", "--top", "3"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "matmul peak float32" in proc.stdout and "matmul peak bfloat16" in proc.stdout
+    assert "one call per update:" in proc.stdout and "2 fused in one call:" in proc.stdout
+    assert proc.stdout.count("MatMul") >= 2  # the profiler saw the update's matmuls, both ways

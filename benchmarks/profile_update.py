@@ -1,0 +1,122 @@
+"""Where an update's time goes, op by op, from TensorFlow's profiler: K updates one call each
+against the same K fused into one call (agent.update_many), and the float32 and bfloat16 matmul
+peaks of this machine for comparison.
+
+    uv run python benchmarks/profile_update.py agent=td3 env=ant
+    uv run python benchmarks/profile_update.py agent=dqn env=cartpole network.hidden=[64,64] batch_size=64 --k 64
+
+Takes train.py's overrides. The buffer is filled with random transitions of the real env. Prints,
+for each way of calling, the wall time per update and the ops with the most time per update
+(summed over TF's threads), read from the profiler's XSpace protobuf.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import argparse  # noqa: E402
+import collections  # noqa: E402
+import glob  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+
+def matmul_gflops(dtype, n: int, k: int, m: int, reps: int = 50) -> float:
+    """Peak of a chain of `reps` (n x k) @ (k x m) matmuls in one tf.function, median of 7."""
+    import numpy as np
+    import tensorflow as tf
+
+    a = tf.cast(tf.random.normal([n, k]), dtype)
+    b = tf.cast(tf.random.normal([k, m]), dtype)
+
+    @tf.function
+    def chain(a, b):
+        total = tf.constant(0.0, dtype)
+        for _ in range(reps):
+            total += tf.reduce_sum(tf.matmul(a, b))
+            a = a + tf.constant(1e-6, dtype)
+        return total
+
+    chain(a, b)
+    times = []
+    for _ in range(7):
+        t0 = time.perf_counter()
+        chain(a, b).numpy()
+        times.append(time.perf_counter() - t0)
+    return reps * 2 * n * k * m / float(np.median(times)) / 1e9
+
+
+def op_times(fn, updates: int, top: int) -> list[tuple[float, int, str]]:
+    """(ms per update, count, op name) of the ops that took most time in one profiled `fn()`."""
+    import tensorflow as tf
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    with tempfile.TemporaryDirectory() as logdir:
+        tf.profiler.experimental.start(logdir)
+        fn()
+        tf.profiler.experimental.stop()
+        space = xplane_pb2.XSpace()
+        with open(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)[0], "rb") as f:
+            space.ParseFromString(f.read())
+    spent, count = collections.Counter(), collections.Counter()
+    for plane in space.planes:
+        for line in plane.lines:
+            if not line.name.startswith("tf_Compute"):  # TF's op threads, not the Python side
+                continue
+            for event in line.events:
+                name = plane.event_metadata[event.metadata_id].name
+                if name.startswith(("ExecutorState", "ExecutorDoneCallback", "ParallelFor")):
+                    continue
+                spent[name] += event.duration_ps / 1e9
+                count[name] += 1
+    return [(ms / updates, count[name], name) for name, ms in spent.most_common(top)]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("overrides", nargs="*")
+    p.add_argument("--k", type=int, default=16, help="updates per measurement")
+    p.add_argument("--top", type=int, default=12)
+    a = p.parse_args()
+
+    import numpy as np
+    import tensorflow as tf
+    from hydra import compose, initialize_config_dir
+
+    from benchmarks.throughput import random_transitions
+    from buffers.types import split_batch
+    from training.builder import build_run
+
+    for dtype in (tf.float32, tf.bfloat16):
+        peaks = {shape: matmul_gflops(dtype, *shape) for shape in [(256, 256, 256), (1024, 1024, 1024)]}
+        print(f"matmul peak {dtype.name}: " + ", ".join(f"{'x'.join(map(str, s))} {g:.0f} GFLOP/s" for s, g in peaks.items()))
+
+    with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=a.overrides)
+    run = build_run(cfg)
+    for transition in random_transitions(run.envs, max(5000, int(cfg.batch_size) * a.k)):
+        run.buffer.add(*transition)
+    batch_size, agent = int(cfg.batch_size), run.agent
+    one = run.buffer.sample(batch_size)
+    many = split_batch(run.buffer.sample(batch_size * a.k), a.k)
+    ways = {"one call per update": lambda: [agent.update(one) for _ in range(a.k)],
+            f"{a.k} fused in one call": lambda: agent.update_many(many)}
+    for name, fn in ways.items():
+        fn()  # trace
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) / a.k * 1e3)
+        print(f"\n{name}: {np.median(times):.3f} ms per update (median of 5); ops by time per update:")
+        for ms, count, op in op_times(fn, a.k, a.top):
+            print(f"  {ms:8.3f} ms  x{count / a.k:5.2f}  {op[:110]}")
+    run.close()
+
+
+if __name__ == "__main__":
+    main()
