@@ -157,6 +157,31 @@ def test_a_run_driven_from_inside_the_graph_equals_the_run_driven_from_python(ma
         assert driven["agent"]._drive_fn.experimental_get_tracing_count() == 1  # traced once per run
 
 
+def test_a_driven_call_returns_within_steps_per_call_env_steps(make_cfg):
+    # no event for the whole run: only steps_per_call ends a call (and bounds a stop signal's wait)
+    cfg = make_cfg("agent=dqn", "env=cartpole", "total_steps=1300", "learning_starts=300", "eval_every=100000",
+                   "log_every=100000", "checkpoint_every=0", "batch_size=16", "network.hidden=[16,16]",
+                   "steps_per_call=100", "num_envs=2", "progress=false")
+    OmegaConf.resolve(cfg)
+    parts = build_run(cfg)
+    stretches, orig = [], parts.agent.update_from
+
+    def update_from(source):
+        before = len(parts.buffer)
+        try:
+            return orig(source)
+        finally:
+            stretches.append(len(parts.buffer) - before)
+
+    parts.agent.update_from = update_from
+    try:
+        summary = train(parts.agent, parts.buffer, parts.envs, parts.eval_env, loop_settings(cfg), MultiLogger([]))
+    finally:
+        parts.close()
+    assert summary["steps"] == 1300 and sum(stretches) == 1000
+    assert stretches == [100] * 10  # 50 steps of 2 envs each
+
+
 def test_a_source_error_reaches_the_caller_as_itself(make_cfg):
     cfg = make_cfg("agent=td3", "env=pendulum", "network.hidden=[16,16]", "batch_size=8", "progress=false")
     OmegaConf.resolve(cfg)

@@ -176,10 +176,9 @@ def train(
         together; asks to stop at anything event_due() names or after steps_per_call steps."""
         if td_error is not None:
             buffer.update_priorities(td_error)
-        first = st.step
         while True:
             n = env_step()
-            more = not event_due() and st.step - first < s.steps_per_call
+            more = not event_due() and st.step - call_start < s.steps_per_call
             if n or not more:
                 return (split_batch(buffer.sample(n * s.batch_size), n) if n else None), more
 
@@ -191,6 +190,7 @@ def train(
 
         if s.steps_per_call > 0 and s.fuse_updates and st.step >= s.learning_starts:
             # many steps and their updates in one call into the compiled graph
+            call_start = st.step
             last = agent.update_from(source)
             if last is not None:
                 metrics = last
