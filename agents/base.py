@@ -277,9 +277,8 @@ class CompiledAgent:
 
     def _drive_from_python(self):
         metrics, more = None, True
-        while more:
-            td_error = metrics["td_error"] if metrics is not None else np.zeros([0], np.float32)
-            *batches, more = self._call_source(None, td_error)
+        while more:  # _call_source reads the TD errors only when its last batches were updated on
+            *batches, more = self._call_source(None, metrics["td_error"] if metrics is not None else None)
             if len(batches[0]):
                 metrics = self.update_many(Batch(*batches))
         return metrics

@@ -22,22 +22,6 @@ sys.path.insert(0, ROOT)
 import argparse  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
-import time  # noqa: E402
-from dataclasses import replace  # noqa: E402
-
-
-class _IntervalEnds:
-    """A logger that keeps (step, time) at every update record: one per interval."""
-
-    def __init__(self):
-        self.ends: list[tuple[int, float]] = []
-
-    def log(self, kind, step, metrics):
-        if kind == "update":
-            self.ends.append((step, time.perf_counter()))
-
-    def close(self):
-        pass
 
 
 def main() -> None:
@@ -53,6 +37,7 @@ def main() -> None:
 
     from hydra import compose, initialize_config_dir
 
+    from benchmarks.throughput import _PartTimer, _Records, timed_settings
     from training.builder import build_run, loop_settings
     from training.loop import train
 
@@ -64,12 +49,11 @@ def main() -> None:
     rates: dict[str, list[float]] = {v: [] for v in a.variants}
     for r in range(a.rounds):
         for variant, (cfg, run) in runs.items():
-            settings = replace(loop_settings(cfg), progress=False, learning_starts=a.warmup, log_every=a.steps,
-                               total_steps=a.warmup + a.steps * (a.intervals + 1), eval_every=10**12)
-            ends = _IntervalEnds()
-            train(run.agent, run.buffer, run.envs, run.eval_env, settings, ends)
-            timed = ends.ends[1:]  # from the end of the first interval after the warm-up
-            per_interval = [(s1 - s0) / (t1 - t0) for (s0, t0), (s1, t1) in zip(timed, timed[1:])]
+            records = _Records(_PartTimer())
+            train(run.agent, run.buffer, run.envs, run.eval_env,
+                  timed_settings(loop_settings(cfg), a.warmup, a.steps, a.intervals), records)
+            ends = records.rows[1:]  # (step, metrics, time, parts): from the first interval's end on
+            per_interval = [(e1[0] - e0[0]) / (e1[2] - e0[2]) for e0, e1 in zip(ends, ends[1:])]
             rates[variant].append(statistics.median(per_interval))
             print(f"round {r + 1}: {rates[variant][-1]:8.1f} env steps/s  {variant or '(as is)'}", flush=True)
     for _, run in runs.values():

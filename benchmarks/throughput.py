@@ -122,6 +122,14 @@ def run_config(cfg: DictConfig, mode: str) -> DictConfig:
     return run
 
 
+def timed_settings(settings, warmup: int, steps: int, intervals: int):
+    """A run's loop settings for timing: `warmup` random steps, then `intervals` + 1 intervals of
+    `steps` steps each ending in an update record (the first holds the tracing and is not timed);
+    no evaluation and no checkpoint in between."""
+    return replace(settings, learning_starts=warmup, total_steps=warmup + steps * (intervals + 1), log_every=steps,
+                   eval_every=10**12, eval_episodes=1, checkpoint_every=0, progress=False)
+
+
 def measure_loop(cfg: DictConfig, mode: str, bench: DictConfig) -> dict:
     """Env steps/s of training.loop.train with updates on: the median over `repeats` intervals of
     `loop_steps` steps, after the warm-up and one interval that holds the update's tracing."""
@@ -134,10 +142,7 @@ def measure_loop(cfg: DictConfig, mode: str, bench: DictConfig) -> dict:
     steps = max(steps - steps % parts.envs.num_envs, parts.envs.num_envs)
     repeats = int(bench.repeats)
     warmup = int(bench.warmup)
-    settings = replace(
-        loop_settings(run), learning_starts=warmup, total_steps=warmup + steps * (repeats + 1),
-        log_every=steps, eval_every=10**12, eval_episodes=1, checkpoint_every=0, progress=False,
-    )
+    settings = timed_settings(loop_settings(run), warmup, steps, repeats)
     timer = _PartTimer()
     for obj, method, part in [(parts.envs, "step", "env_step"), (parts.agent, "act", "act"),
                               (parts.agent, "update", "update"), (parts.agent, "update_many", "update"),
