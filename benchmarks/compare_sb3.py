@@ -5,8 +5,14 @@ ratio of medians.
 
     bash benchmarks/setup_sb3.sh            # once: SB3 + PyTorch (CPU) in benchmarks/.venv-sb3
     uv run python benchmarks/compare_sb3.py [--rounds 3] [--only td3_ant]
+    uv run python benchmarks/compare_sb3.py --updates [--only td3_ant]
 
-Writes benchmarks/results/sb3_comparison.json.
+Writes benchmarks/results/sb3_comparison.json. With `--updates` it compares the update alone
+instead: ms per update including the sampling of its batch, one update per call (tfrl's
+`agent.update`, SB3's `train(gradient_steps=1)`) and 16 per call (`agent.update_many`,
+`train(gradient_steps=16)`), on a buffer filled by the warm-up; it writes
+benchmarks/results/sb3_update_comparison.json. Since a loop step costs at least its update, the
+ratio of the updates bounds what the loop's ratio can reach at one update per step.
 """
 from __future__ import annotations
 
@@ -51,22 +57,64 @@ for _name in ("dqn_cartpole_every4", "dqn_cartpole_every1"):
     CASES[f"{_name}_inter1"] = (CASES[_name][0] + ["tf_threads.inter_op=1"], CASES[_name][1])
 
 
-def run_tfrl(overrides: list[str], steps: int, warmup: int, repeats: int) -> float:
+# the cases whose updates differ (the others repeat one of these at another cadence)
+UPDATE_CASES = ["td3_ant", "dqn_cartpole_every1", "dqn_cartpole_every1_inter1"]
+FUSE = 16
+
+
+def run_tfrl(overrides: list[str], steps: int, warmup: int, repeats: int, updates: bool = False):
+    """Env steps/s of tfrl's loop, or with `updates` (ms per update with its sampling: one per
+    call, FUSE per call)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "r.json")
-        cmd = [sys.executable, os.path.join(HERE, "throughput.py"), *overrides, "bench.modes=[graph]",
-               "bench.only_loop=true", f"bench.loop_steps={steps}", f"bench.warmup={warmup}",
+        what = ["bench.only=update", f"bench.fuse={FUSE}", f"bench.buffer_fill={warmup + steps}"] if updates else [
+            "bench.only=loop", f"bench.loop_steps={steps}", f"bench.warmup={warmup}"]
+        cmd = [sys.executable, os.path.join(HERE, "throughput.py"), *overrides, "bench.modes=[graph]", *what,
                f"bench.repeats={repeats}", f"bench.output={out}"]
         subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
         with open(out) as f:
-            return json.load(f)["results"]["graph"]["loop_steps_per_s"]
+            r = json.load(f)["results"]["graph"]
+    if not updates:
+        return r["loop_steps_per_s"]
+    return (r["update_ms"] + r["sample_us"] / 1e3,
+            r[f"fused_x{FUSE}_update_ms"] + r[f"sample_x{FUSE}_us"] / 1e3 / FUSE)
 
 
-def run_sb3(args: list[str], steps: int, warmup: int, repeats: int) -> float:
+def run_sb3(args: list[str], steps: int, warmup: int, repeats: int, updates: bool = False):
+    """The same for SB3 (its `train` samples its own batches)."""
     cmd = [SB3_PYTHON, os.path.join(HERE, "sb3_throughput.py"), *args, "--steps", str(steps),
-           "--warmup", str(warmup), "--repeats", str(repeats)]
+           "--warmup", str(warmup), "--repeats", str(repeats)] + (["--update-only", "--fuse", str(FUSE)] if updates else [])
     proc = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
-    return json.loads(proc.stdout.strip().splitlines()[-1])["loop_steps_per_s"]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    return (r["update_ms"], r[f"fused_x{FUSE}_update_ms"]) if updates else r["loop_steps_per_s"]
+
+
+def compare_updates(cases: list[str], a) -> None:
+    """ms per update side by side, one per call and FUSE per call; ratio SB3 / tfrl."""
+    report = {}
+    for name in cases:
+        ours_args, sb3_args = CASES[name]
+        ours, sb3 = [], []
+        for r in range(a.rounds):
+            ours.append(run_tfrl(ours_args, a.steps, a.warmup, a.repeats, updates=True))
+            sb3.append(run_sb3(sb3_args, a.steps, a.warmup, a.repeats, updates=True))
+            print(f"{name} round {r + 1}: ms per update, one per call / {FUSE} per call: tfrl {ours[-1][0]:.3f} / "
+                  f"{ours[-1][1]:.3f}  sb3 {sb3[-1][0]:.3f} / {sb3[-1][1]:.3f}", flush=True)
+        row = {"tfrl": ours, "sb3": sb3, "tfrl_overrides": ours_args, "sb3_args": sb3_args}
+        for i, way in enumerate(["one", f"x{FUSE}"]):
+            row[f"tfrl_{way}_ms"] = statistics.median(x[i] for x in ours)
+            row[f"sb3_{way}_ms"] = statistics.median(x[i] for x in sb3)
+            row[f"ratio_{way}"] = row[f"sb3_{way}_ms"] / row[f"tfrl_{way}_ms"]
+        report[name] = row
+    print(f"\n| case | tfrl ms/update (1 per call, {FUSE} per call) | SB3 ms/update (1, {FUSE}) | SB3 / tfrl (1, {FUSE}) |"
+          "\n|---|---|---|---|")
+    for name, r in report.items():
+        print(f"| {name} | {r['tfrl_one_ms']:.3f}, {r[f'tfrl_x{FUSE}_ms']:.3f} | {r['sb3_one_ms']:.3f}, "
+              f"{r[f'sb3_x{FUSE}_ms']:.3f} | {r['ratio_one']:.2f}x, {r[f'ratio_x{FUSE}']:.2f}x |")
+    path = os.path.join(HERE, "results", "sb3_update_comparison.json")
+    with open(path, "w") as f:
+        json.dump({"settings": vars(a), "cases": report}, f, indent=2)
+    print(f"written: {path}")
 
 
 def main() -> None:
@@ -76,9 +124,12 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="timed intervals per run (median)")
     p.add_argument("--warmup", type=int, default=1000)
     p.add_argument("--only", nargs="*", choices=sorted(CASES))
+    p.add_argument("--updates", action="store_true", help="compare the update alone, not the loop")
     a = p.parse_args()
     if not os.path.exists(SB3_PYTHON):
         sys.exit(f"error: no SB3 environment at {SB3_PYTHON}; create it with `bash benchmarks/setup_sb3.sh`.")
+    if a.updates:
+        return compare_updates(a.only or UPDATE_CASES, a)
 
     report = {}
     for name in a.only or CASES:

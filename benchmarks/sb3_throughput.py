@@ -5,6 +5,8 @@ side-by-side in benchmarks/compare_sb3.py. Runs in SB3's own venv (benchmarks/se
 
 Prints one JSON line: the median env steps/s over `--repeats` intervals of `--steps` steps, after
 `--warmup` random steps (SB3's learning_starts) and one interval that absorbs start-up costs.
+With `--update-only`: after filling the buffer the same way, the ms per update of SB3's `train`,
+one gradient step per call and `--fuse` per call (each the median of `--repeats` timings).
 """
 from __future__ import annotations
 
@@ -34,6 +36,24 @@ class StepTimer(BaseCallback):
         return True
 
 
+def time_updates(model, a) -> dict:
+    """ms per update of `model.train`, one gradient step per call and `a.fuse` per call, on a
+    buffer filled by `a.warmup` + `a.steps` steps of learning (the same updates as the loop's)."""
+    model.learn(total_timesteps=a.warmup + a.steps)
+
+    def per_update(gradient_steps: int, calls: int) -> float:
+        model.train(gradient_steps=gradient_steps, batch_size=a.batch)  # warm
+        times = []
+        for _ in range(a.repeats):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                model.train(gradient_steps=gradient_steps, batch_size=a.batch)
+            times.append((time.perf_counter() - t0) / (calls * gradient_steps))
+        return 1e3 * statistics.median(times)
+
+    return {"update_ms": per_update(1, 50), f"fused_x{a.fuse}_update_ms": per_update(a.fuse, max(1, 50 // a.fuse))}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("algo", choices=["td3", "ddpg", "dqn"])
@@ -47,6 +67,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--update-only", action="store_true", help="time SB3's train() alone")
+    p.add_argument("--fuse", type=int, default=16, help="gradient steps per train() call (--update-only)")
     a = p.parse_args()
 
     env = gym.make(a.env)
@@ -61,6 +83,10 @@ def main() -> None:
         n = env.action_space.shape[0]
         noise = NormalActionNoise(np.zeros(n), 0.1 * np.ones(n))
         model = (TD3 if a.algo == "td3" else DDPG)("MlpPolicy", env, action_noise=noise, **common)
+    if a.update_only:
+        print(json.dumps({**time_updates(model, a), "torch": torch.__version__, "threads": torch.get_num_threads(),
+                          "settings": vars(a)}))
+        return
     timer = StepTimer(a.steps)
     total = a.warmup + a.steps * (a.repeats + 1)
     model.learn(total_timesteps=total, callback=timer)

@@ -169,46 +169,56 @@ def measure_loop(cfg: DictConfig, mode: str, bench: DictConfig) -> dict:
     return out
 
 
-def measure_parts(cfg: DictConfig, mode: str, bench: DictConfig) -> dict:
-    from buffers.types import split_batch
+def measure_parts(cfg: DictConfig, mode: str, bench: DictConfig, only_update: bool = False) -> dict:
+    """Every part of a step timed on its own; with `only_update`, only sampling and the update
+    (one per call and fused), after filling the buffer."""
     from training.builder import build_run
 
     run = run_config(cfg, mode)
     parts = build_run(run)
     agent, buffer, envs = parts.agent, parts.buffer, parts.envs
-    reps, B, K = int(bench.repeats), int(run.batch_size), int(bench.fuse)
+    reps, B = int(bench.repeats), int(run.batch_size)
     n_envs = envs.num_envs
     out: dict[str, float] = {}
 
     transitions = random_transitions(envs, 2000)
     envs.reset(seed=1)
-    out["env_step_us"] = 1e6 * per_call(lambda: envs.step(envs.action_space.sample()), 200, reps) / n_envs
-    obs_batch = np.concatenate([t[0] for t in transitions])[:256].astype(np.float32)
-    one = obs_batch[:1]
-    out["act_one_us"] = 1e6 * per_call(lambda: agent.act(one, explore=True), 2000, reps)
-    out["act_one_greedy_us"] = 1e6 * per_call(lambda: agent.act(one, explore=False), 2000, reps)
-    out["act_batch256_us"] = 1e6 * per_call(lambda: agent.act(obs_batch, explore=False), 200, reps)
-    if n_envs > 1:  # what the loop acts on: one observation per env
-        out[f"act_{n_envs}_us"] = 1e6 * per_call(lambda: agent.act(obs_batch[:n_envs], explore=True), 2000, reps)
-
     i = iter(range(10**9))
-    out["buffer_add_us"] = 1e6 * per_call(lambda: buffer.add(*transitions[next(i) % len(transitions)]), 5000, reps) / n_envs
+    if not only_update:
+        out["env_step_us"] = 1e6 * per_call(lambda: envs.step(envs.action_space.sample()), 200, reps) / n_envs
+        obs_batch = np.concatenate([t[0] for t in transitions])[:256].astype(np.float32)
+        one = obs_batch[:1]
+        out["act_one_us"] = 1e6 * per_call(lambda: agent.act(one, explore=True), 2000, reps)
+        out["act_one_greedy_us"] = 1e6 * per_call(lambda: agent.act(one, explore=False), 2000, reps)
+        out["act_batch256_us"] = 1e6 * per_call(lambda: agent.act(obs_batch, explore=False), 200, reps)
+        if n_envs > 1:  # what the loop acts on: one observation per env
+            out[f"act_{n_envs}_us"] = 1e6 * per_call(lambda: agent.act(obs_batch[:n_envs], explore=True), 2000, reps)
+        out["buffer_add_us"] = 1e6 * per_call(lambda: buffer.add(*transitions[next(i) % len(transitions)]), 5000, reps) / n_envs
     while len(buffer) < min(int(bench.buffer_fill), buffer.capacity):
         buffer.add(*transitions[next(i) % len(transitions)])
     out["buffer_rows"] = len(buffer)
     out["sample_us"] = 1e6 * per_call(lambda: buffer.sample(B), 500, reps)
+    out.update(measure_update(agent, buffer, run, bench, mode))
+    parts.close()
+    return out
 
+
+def measure_update(agent, buffer, run: DictConfig, bench: DictConfig, mode: str) -> dict:
+    """One update per call, and K fused into one call (K = `bench.fuse`, and the run's own
+    cadence when it fuses another number), in ms per update, on batches of the filled buffer;
+    and the sampling of K batches together."""
+    from buffers.types import split_batch
+
+    reps, B, K = int(bench.repeats), int(run.batch_size), int(bench.fuse)
     batch = buffer.sample(B)
     number = 5 if mode == "eager" else 50
-    out["update_ms"] = 1e3 * per_call(lambda: agent.update(batch), number, reps)
-    # K fused updates, and the run's own cadence when it fuses another number of updates
+    out = {"update_ms": 1e3 * per_call(lambda: agent.update(batch), number, reps)}
     for n in sorted({K, updates_per_phase(run) if run.fuse_updates else 1} - {1}):
         stacked = split_batch(buffer.sample(n * B), n)
         out[f"fused_x{n}_update_ms"] = 1e3 * per_call(lambda: agent.update_many(stacked), max(1, number // n), reps) / n
         out[f"sample_x{n}_us"] = 1e6 * per_call(lambda: split_batch(buffer.sample(n * B), n), max(1, 800 // n), reps)
     if mode == "graph":
         out["update_traces"] = agent.update_trace_count
-    parts.close()
     return out
 
 
@@ -261,15 +271,20 @@ def main(cfg: DictConfig) -> None:
     bench = cfg.bench
     modes = list(bench.modes)
     results: dict[str, dict] = {}
-    floor = {} if bench.only_loop else acting_floor(cfg, bench)
+    only = bench.only
+    if only not in (None, "loop", "update"):
+        sys.exit(f"error: bench.only={only!r} is not a measurement; use bench.only=loop (the whole loop), "
+                 "bench.only=update (one update and K fused), or leave it null to measure everything.")
+    floor = acting_floor(cfg, bench) if only is None else {}
     for mode in modes:
-        r = {} if bench.only_loop else measure_parts(cfg, mode, bench)
-        r.update(measure_loop(cfg, mode, bench))
-        if not bench.only_loop:
+        r = {} if only == "loop" else measure_parts(cfg, mode, bench, only_update=only == "update")
+        if only != "update":
+            r.update(measure_loop(cfg, mode, bench))
+            print(f"{mode}: {r['loop_steps_per_s']:.1f} env steps/s", flush=True)
+        if only is None:
             r["parts_us_per_step"] = cadence_parts_us(r, run_config(cfg, mode))
             r["loop_vs_isolated_parts"] = r["loop_us_per_step"] / r["parts_us_per_step"] - 1.0
         results[mode] = r
-        print(f"{mode}: {r['loop_steps_per_s']:.1f} env steps/s", flush=True)
     if "eager" in results and "graph" in results and "update_ms" in results["graph"]:
         floor["graph_vs_eager_update"] = results["eager"]["update_ms"] / results["graph"]["update_ms"]
     if floor.get("numpy_forward_one_us") and "graph" in results and "act_one_greedy_us" in results["graph"]:

@@ -55,3 +55,22 @@ def test_profile_update_reads_the_ops_of_both_ways_of_calling():
     assert "matmul peak float32" in proc.stdout and "matmul peak bfloat16" in proc.stdout
     assert "one call per update:" in proc.stdout and "2 fused in one call:" in proc.stdout
     assert proc.stdout.count("MatMul") >= 2  # the profiler saw the update's matmuls, both ways
+
+
+def test_throughput_can_time_the_update_alone(tmp_path):
+    """`bench.only=update` (compare_sb3.py --updates) times sampling and the update, one per call and
+    fused, and nothing of the loop; an unknown `bench.only` is refused with the choices."""
+    out = tmp_path / "u.json"
+    base = [sys.executable, "benchmarks/throughput.py", "agent=td3", "env=pendulum", "network.hidden=[16,16]",
+            "batch_size=16", "bench.modes=[graph]", "bench.repeats=2", "bench.buffer_fill=2000", "bench.fuse=4"]
+    proc = subprocess.run([*base, "bench.only=update", f"bench.output={out}"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    graph = json.loads(out.read_text())["results"]["graph"]
+    assert graph["update_ms"] > 0 and graph["fused_x4_update_ms"] > 0 and graph["sample_us"] > 0
+    assert graph["update_traces"] == 1
+    assert not any(k.startswith(("loop_", "env_step", "act_")) for k in graph), sorted(graph)
+
+    proc = subprocess.run([*base, "bench.only=updates"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode != 0
+    assert "bench.only='updates' is not a measurement" in proc.stderr and "bench.only=update" in proc.stderr
