@@ -130,9 +130,11 @@ def timed_settings(settings, warmup: int, steps: int, intervals: int):
                    eval_every=10**12, eval_episodes=1, checkpoint_every=0, progress=False)
 
 
-def measure_loop(cfg: DictConfig, mode: str, bench: DictConfig) -> dict:
+def measure_loop(cfg: DictConfig, mode: str, bench: DictConfig, time_parts: bool = True) -> dict:
     """Env steps/s of training.loop.train with updates on: the median over `repeats` intervals of
-    `loop_steps` steps, after the warm-up and one interval that holds the update's tracing."""
+    `loop_steps` steps, after the warm-up and one interval that holds the update's tracing. With
+    `time_parts`, also where a step's time goes; the wrappers that time the parts cost a few us
+    per call, so the side-by-side with SB3 measures the loop without them."""
     from training.builder import build_run, loop_settings
     from training.loop import train
 
@@ -144,26 +146,28 @@ def measure_loop(cfg: DictConfig, mode: str, bench: DictConfig) -> dict:
     warmup = int(bench.warmup)
     settings = timed_settings(loop_settings(run), warmup, steps, repeats)
     timer = _PartTimer()
-    for obj, method, part in [(parts.envs, "step", "env_step"), (parts.agent, "act", "act"),
-                              (parts.agent, "update", "update"), (parts.agent, "update_many", "update"),
-                              (parts.agent, "update_from", "update"),
-                              (parts.buffer, "add", "buffer_add"), (parts.buffer, "sample", "sample")]:
+    timed = [(parts.envs, "step", "env_step"), (parts.agent, "act", "act"), (parts.agent, "update", "update"),
+             (parts.agent, "update_many", "update"), (parts.agent, "update_from", "update"),
+             (parts.buffer, "add", "buffer_add"), (parts.buffer, "sample", "sample")]
+    for obj, method, part in timed if time_parts else []:
         timer.wrap(obj, method, part)
     records = _Records(timer)
     train(parts.agent, parts.buffer, parts.envs, parts.eval_env, settings, records)
     parts.close()
     rows = [r for r in records.rows if r[0] > warmup + steps][: repeats + 1]  # interval ends
     assert len(rows) >= 2, records.rows
-    rates, overheads, shares = [], [], []
-    for (s0, _, t0, spent0), (s1, _, t1, spent1) in zip(rows, rows[1:]):
+    intervals = list(zip(rows, rows[1:]))
+    rate = statistics.median((s1 - s0) / (t1 - t0) for (s0, _, t0, _), (s1, _, t1, _) in intervals)
+    out = {"loop_steps_per_s": rate, "loop_us_per_step": 1e6 / rate}
+    if not time_parts:
+        return out
+    overheads, shares = [], []
+    for (_, _, t0, spent0), (_, _, t1, spent1) in intervals:
         loop = t1 - t0
         in_parts = {k: spent1[k] - spent0.get(k, 0.0) for k in spent1}
-        rates.append((s1 - s0) / loop)
         overheads.append(loop / sum(in_parts.values()) - 1.0)
         shares.append({k: v / loop for k, v in in_parts.items()})
-    rate = statistics.median(rates)
-    out = {"loop_steps_per_s": rate, "loop_us_per_step": 1e6 / rate,
-           "loop_overhead_in_loop": statistics.median(overheads)}
+    out["loop_overhead_in_loop"] = statistics.median(overheads)
     for k in shares[0]:  # where a step's time goes, inside the loop
         out[f"loop_share_{k}"] = statistics.median(s[k] for s in shares)
     return out
@@ -279,7 +283,7 @@ def main(cfg: DictConfig) -> None:
     for mode in modes:
         r = {} if only == "loop" else measure_parts(cfg, mode, bench, only_update=only == "update")
         if only != "update":
-            r.update(measure_loop(cfg, mode, bench))
+            r.update(measure_loop(cfg, mode, bench, time_parts=only is None))
             print(f"{mode}: {r['loop_steps_per_s']:.1f} env steps/s", flush=True)
         if only is None:
             r["parts_us_per_step"] = cadence_parts_us(r, run_config(cfg, mode))

@@ -74,3 +74,16 @@ def test_throughput_can_time_the_update_alone(tmp_path):
     proc = subprocess.run([*base, "bench.only=updates"], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode != 0
     assert "bench.only='updates' is not a measurement" in proc.stderr and "bench.only=update" in proc.stderr
+
+
+def test_throughput_can_time_the_loop_alone_without_part_timers(tmp_path):
+    """`bench.only=loop` (compare_sb3.py's loop side) measures the loop without the wrappers that
+    time its parts, so it reports no parts and no shares."""
+    out = tmp_path / "l.json"
+    cmd = [sys.executable, "benchmarks/throughput.py", "agent=dqn", "env=cartpole", "network.hidden=[16,16]",
+           "batch_size=16", "bench.modes=[graph]", "bench.repeats=2", "bench.loop_steps=100", "bench.warmup=200",
+           "bench.only=loop", f"bench.output={out}"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    graph = json.loads(out.read_text())["results"]["graph"]
+    assert set(graph) == {"loop_steps_per_s", "loop_us_per_step"} and graph["loop_steps_per_s"] > 0
