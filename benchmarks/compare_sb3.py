@@ -89,6 +89,21 @@ def run_sb3(args: list[str], steps: int, warmup: int, repeats: int, updates: boo
     return (r["update_ms"], r[f"fused_x{FUSE}_update_ms"]) if updates else r["loop_steps_per_s"]
 
 
+def write_report(path: str, report: dict, a) -> None:
+    """Write the cases just measured into `path`, keeping the other cases a file already holds
+    (so that `--only` reruns one case without dropping the rest); each case keeps its settings."""
+    cases = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            cases = json.load(f).get("cases", {})
+    for row in report.values():
+        row["settings"] = vars(a)
+    cases.update(report)
+    with open(path, "w") as f:
+        json.dump({"cases": cases}, f, indent=2)
+    print(f"written: {path}")
+
+
 def compare_updates(cases: list[str], a) -> None:
     """ms per update side by side, one per call and FUSE per call; ratio SB3 / tfrl."""
     report = {}
@@ -111,10 +126,7 @@ def compare_updates(cases: list[str], a) -> None:
     for name, r in report.items():
         print(f"| {name} | {r['tfrl_one_ms']:.3f}, {r[f'tfrl_x{FUSE}_ms']:.3f} | {r['sb3_one_ms']:.3f}, "
               f"{r[f'sb3_x{FUSE}_ms']:.3f} | {r['ratio_one']:.2f}x, {r[f'ratio_x{FUSE}']:.2f}x |")
-    path = os.path.join(HERE, "results", "sb3_update_comparison.json")
-    with open(path, "w") as f:
-        json.dump({"settings": vars(a), "cases": report}, f, indent=2)
-    print(f"written: {path}")
+    write_report(os.path.join(HERE, "results", "sb3_update_comparison.json"), report, a)
 
 
 def main() -> None:
@@ -146,10 +158,7 @@ def main() -> None:
     print("\n| case | tfrl env steps/s | SB3 env steps/s | ratio |\n|---|---|---|---|")
     for name, r in report.items():
         print(f"| {name} | {r['tfrl_median']:.1f} | {r['sb3_median']:.1f} | {r['ratio']:.2f}x |")
-    path = os.path.join(HERE, "results", "sb3_comparison.json")
-    with open(path, "w") as f:
-        json.dump({"settings": vars(a), "cases": report}, f, indent=2)
-    print(f"written: {path}")
+    write_report(os.path.join(HERE, "results", "sb3_comparison.json"), report, a)
 
 
 if __name__ == "__main__":

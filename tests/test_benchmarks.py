@@ -1,5 +1,6 @@
 """benchmarks/throughput.py runs for every agent and reports every part. (Its figures are for
 benchmarks/README.md, not asserted here: the machines are shared and noisy.)"""
+import argparse
 import json
 import os
 import subprocess
@@ -87,3 +88,16 @@ def test_throughput_can_time_the_loop_alone_without_part_timers(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     graph = json.loads(out.read_text())["results"]["graph"]
     assert set(graph) == {"loop_steps_per_s", "loop_us_per_step"} and graph["loop_steps_per_s"] > 0
+
+
+def test_compare_sb3_rerun_of_one_case_keeps_the_others(tmp_path):
+    """compare_sb3.py --only reruns some cases; the JSON keeps the cases it did not rerun."""
+    sys.path.insert(0, ROOT)
+    from benchmarks.compare_sb3 import write_report
+
+    path = str(tmp_path / "cmp.json")
+    write_report(path, {"a": {"ratio": 1.0}, "b": {"ratio": 2.0}}, argparse.Namespace(rounds=3))
+    write_report(path, {"b": {"ratio": 3.0}}, argparse.Namespace(rounds=1))
+    cases = json.loads(open(path).read())["cases"]
+    assert cases["a"] == {"ratio": 1.0, "settings": {"rounds": 3}}
+    assert cases["b"] == {"ratio": 3.0, "settings": {"rounds": 1}}
