@@ -37,7 +37,7 @@ def main() -> None:
 
     from hydra import compose, initialize_config_dir
 
-    from benchmarks.throughput import _PartTimer, _Records, timed_settings
+    from benchmarks.throughput import _PartTimer, _Records, interval_rate, timed_intervals, timed_settings
     from training.builder import build_run, loop_settings
     from training.loop import train
 
@@ -52,9 +52,7 @@ def main() -> None:
             records = _Records(_PartTimer())
             train(run.agent, run.buffer, run.envs, run.eval_env,
                   timed_settings(loop_settings(cfg), a.warmup, a.steps, a.intervals), records)
-            ends = records.rows[1:]  # (step, metrics, time, parts): from the first interval's end on
-            per_interval = [(e1[0] - e0[0]) / (e1[2] - e0[2]) for e0, e1 in zip(ends, ends[1:])]
-            rates[variant].append(statistics.median(per_interval))
+            rates[variant].append(interval_rate(timed_intervals(records, a.warmup, a.steps, a.intervals)))
             print(f"round {r + 1}: {rates[variant][-1]:8.1f} env steps/s  {variant or '(as is)'}", flush=True)
     for _, run in runs.values():
         run.close()

@@ -22,13 +22,13 @@ import argparse  # noqa: E402
 import collections  # noqa: E402
 import glob  # noqa: E402
 import tempfile  # noqa: E402
-import time  # noqa: E402
 
 
 def matmul_gflops(dtype, n: int, k: int, m: int, reps: int = 50) -> float:
     """Peak of a chain of `reps` (n x k) @ (k x m) matmuls in one tf.function, median of 7."""
-    import numpy as np
     import tensorflow as tf
+
+    from benchmarks.throughput import per_call
 
     a = tf.cast(tf.random.normal([n, k]), dtype)
     b = tf.cast(tf.random.normal([k, m]), dtype)
@@ -41,13 +41,7 @@ def matmul_gflops(dtype, n: int, k: int, m: int, reps: int = 50) -> float:
             a = a + tf.constant(1e-6, dtype)
         return total
 
-    chain(a, b)
-    times = []
-    for _ in range(7):
-        t0 = time.perf_counter()
-        chain(a, b).numpy()
-        times.append(time.perf_counter() - t0)
-    return reps * 2 * n * k * m / float(np.median(times)) / 1e9
+    return reps * 2 * n * k * m / per_call(lambda: chain(a, b).numpy(), 1, 7) / 1e9
 
 
 def op_times(fn, updates: int, top: int) -> list[tuple[float, int, str]]:
@@ -83,11 +77,10 @@ def main() -> None:
     p.add_argument("--top", type=int, default=12)
     a = p.parse_args()
 
-    import numpy as np
     import tensorflow as tf
     from hydra import compose, initialize_config_dir
 
-    from benchmarks.throughput import random_transitions
+    from benchmarks.throughput import per_call, random_transitions
     from buffers.types import split_batch
     from training.builder import build_run
 
@@ -106,13 +99,8 @@ def main() -> None:
     ways = {"one call per update": lambda: [agent.update(one) for _ in range(a.k)],
             f"{a.k} fused in one call": lambda: agent.update_many(many)}
     for name, fn in ways.items():
-        fn()  # trace
-        times = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) / a.k * 1e3)
-        print(f"\n{name}: {np.median(times):.3f} ms per update (median of 5); ops by time per update:")
+        ms = 1e3 * per_call(fn, 1, 5) / a.k  # its first call traces, untimed
+        print(f"\n{name}: {ms:.3f} ms per update (median of 5); ops by time per update:")
         for ms, count, op in op_times(fn, a.k, a.top):
             print(f"  {ms:8.3f} ms  x{count / a.k:5.2f}  {op[:110]}")
     run.close()

@@ -130,6 +130,19 @@ def timed_settings(settings, warmup: int, steps: int, intervals: int):
                    eval_every=10**12, eval_episodes=1, checkpoint_every=0, progress=False)
 
 
+def timed_intervals(records: "_Records", warmup: int, steps: int, intervals: int) -> list:
+    """(start row, end row) of the timed intervals of a loop run with `timed_settings`: from the
+    end of the interval that holds the tracing (the record at warmup + steps) on."""
+    rows = [r for r in records.rows if r[0] >= warmup + steps][: intervals + 1]
+    assert len(rows) >= 2, records.rows
+    return list(zip(rows, rows[1:]))
+
+
+def interval_rate(intervals: list) -> float:
+    """Median env steps/s over (start row, end row) intervals of `_Records`."""
+    return statistics.median((s1 - s0) / (t1 - t0) for (s0, _, t0, _), (s1, _, t1, _) in intervals)
+
+
 def measure_loop(cfg: DictConfig, mode: str, bench: DictConfig, time_parts: bool = True) -> dict:
     """Env steps/s of training.loop.train with updates on: the median over `repeats` intervals of
     `loop_steps` steps, after the warm-up and one interval that holds the update's tracing. With
@@ -154,10 +167,8 @@ def measure_loop(cfg: DictConfig, mode: str, bench: DictConfig, time_parts: bool
     records = _Records(timer)
     train(parts.agent, parts.buffer, parts.envs, parts.eval_env, settings, records)
     parts.close()
-    rows = [r for r in records.rows if r[0] > warmup + steps][: repeats + 1]  # interval ends
-    assert len(rows) >= 2, records.rows
-    intervals = list(zip(rows, rows[1:]))
-    rate = statistics.median((s1 - s0) / (t1 - t0) for (s0, _, t0, _), (s1, _, t1, _) in intervals)
+    intervals = timed_intervals(records, warmup, steps, repeats)
+    rate = interval_rate(intervals)
     out = {"loop_steps_per_s": rate, "loop_us_per_step": 1e6 / rate}
     if not time_parts:
         return out

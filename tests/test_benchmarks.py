@@ -101,3 +101,17 @@ def test_compare_sb3_rerun_of_one_case_keeps_the_others(tmp_path):
     cases = json.loads(open(path).read())["cases"]
     assert cases["a"] == {"ratio": 1.0, "settings": {"rounds": 3}}
     assert cases["b"] == {"ratio": 3.0, "settings": {"rounds": 1}}
+
+
+def test_timed_intervals_start_after_the_tracing_interval():
+    """The loop's figures use `intervals` intervals from the end of the one that holds the tracing
+    (warmup + steps) on, whether or not the warm-up is a multiple of the interval."""
+    sys.path.insert(0, ROOT)
+    from benchmarks.throughput import _PartTimer, _Records, interval_rate, timed_intervals
+
+    records = _Records(_PartTimer())
+    # an update record every 500 steps; the run: 1000 warm-up steps, then 4 intervals of 500
+    records.rows = [(step, {}, step / 100.0, {}) for step in range(500, 3001, 500)]
+    intervals = timed_intervals(records, warmup=1000, steps=500, intervals=3)
+    assert [(r0[0], r1[0]) for r0, r1 in intervals] == [(1500, 2000), (2000, 2500), (2500, 3000)]
+    assert interval_rate(intervals) == 100.0
