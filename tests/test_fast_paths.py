@@ -215,3 +215,51 @@ def test_thread_pools_that_can_no_longer_change_are_refused_clearly():
     configure_threads(inter_op=current or None)  # what is in place already is fine
     with pytest.raises(ConfigError, match=r"tf_threads.inter_op=\d+ cannot be applied: TensorFlow is already running"):
         configure_threads(inter_op=current + 3)
+
+
+def test_auto_inter_op_picks_one_thread_only_for_small_networks():
+    from training.seeding import auto_inter_op
+
+    assert auto_inter_op([64, 64]) == 1
+    assert auto_inter_op([128, 32]) == 1
+    assert auto_inter_op([256, 256]) is None
+    assert auto_inter_op([64, 400]) is None  # the widest layer decides
+    assert auto_inter_op(None) is None  # a network without `hidden`: TF's default
+    assert auto_inter_op([]) is None
+
+
+def test_auto_inter_op_is_a_hint_once_tf_runs():
+    import tensorflow as tf
+
+    from training.seeding import configure_threads
+
+    tf.constant(1.0) + 1.0  # TF is running: its pools are fixed
+    current = tf.config.threading.get_inter_op_parallelism_threads()
+    configure_threads(inter_op=current + 3, required=False)  # left as it is, no error
+    assert tf.config.threading.get_inter_op_parallelism_threads() == current
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["agent=dqn", "env=cartpole", "network.hidden=[64,64]"], 1),
+    (["agent=dqn", "env=cartpole", "network.hidden=[256,256]"], 0),  # 0: TF's default
+    (["agent=dqn", "env=cartpole", "network.hidden=[64,64]", "tf_threads.inter_op=null"], 0),
+    (["agent=td3", "env=pendulum", "tf_threads.inter_op=3"], 3),
+])
+def test_a_fresh_run_sizes_the_inter_op_pool_from_its_config(overrides, expected):
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = (
+        "import sys; from hydra import compose, initialize_config_dir\n"
+        "from training.builder import build_run\n"
+        f"with initialize_config_dir(config_dir={os.path.join(root, 'conf')!r}, version_base='1.3'):\n"
+        "    cfg = compose('config', overrides=sys.argv[1:])\n"
+        "build_run(cfg).close()\n"
+        "import tensorflow as tf; print('inter_op', tf.config.threading.get_inter_op_parallelism_threads())\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, *overrides], cwd=root, capture_output=True, text=True,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"inter_op {expected}" in proc.stdout.splitlines()

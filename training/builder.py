@@ -18,7 +18,7 @@ from buffers.types import Buffer
 from envs.factory import check_action_space, make_env, make_vector_env
 from training.config import ConfigError, validate
 from training.loop import LoopSettings
-from training.seeding import configure_devices, configure_threads, seed_everything
+from training.seeding import auto_inter_op, configure_devices, configure_threads, seed_everything
 
 
 @dataclass
@@ -74,7 +74,12 @@ def eval_env_args(cfg: DictConfig) -> dict:
 def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
     validate(cfg)
     threads = cfg.get("tf_threads") or {}
-    configure_threads(threads.get("inter_op"), threads.get("intra_op"))
+    inter_op = threads.get("inter_op")
+    if inter_op == "auto":  # a hint: applied where it still can be, after the explicit sizes
+        configure_threads(intra_op=threads.get("intra_op"))
+        configure_threads(inter_op=auto_inter_op(cfg.network.get("hidden")), required=False)
+    else:
+        configure_threads(inter_op, threads.get("intra_op"))
     configure_devices()
     rng = seed_everything(int(cfg.seed), deterministic=bool(cfg.deterministic))
     cls = agent_class(cfg)

@@ -60,10 +60,12 @@ def validate(cfg: DictConfig) -> None:
             f"call per update phase), got {spc!r}; set e.g. steps_per_call=1000."
         )
     for name, value in (cfg.get("tf_threads") or {}).items():
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            raise ConfigError(
-                f"tf_threads.{name} must be a positive integer or null (TF's default), got {value!r}."
-            )
+        if value is None or (name == "inter_op" and value == "auto"):
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            choices = "a positive integer, null (TF's default) or auto" if name == "inter_op" else \
+                "a positive integer or null (TF's default)"
+            raise ConfigError(f"tf_threads.{name} must be {choices}, got {value!r}.")
     if not isinstance(cfg.checkpoint_keep, int) or cfg.checkpoint_keep < 1:
         raise ConfigError(f"checkpoint_keep must be a positive integer, got {cfg.checkpoint_keep!r}.")
     if cfg.compile not in ("eager", "graph", "xla"):
