@@ -81,7 +81,6 @@ def main() -> None:
     from hydra import compose, initialize_config_dir
 
     from benchmarks.throughput import per_call, random_transitions
-    from buffers.types import split_batch
     from training.builder import build_run
 
     for dtype in (tf.float32, tf.bfloat16):
@@ -95,7 +94,7 @@ def main() -> None:
         run.buffer.add(*transition)
     batch_size, agent = int(cfg.batch_size), run.agent
     one = run.buffer.sample(batch_size)
-    many = split_batch(run.buffer.sample(batch_size * a.k), a.k)
+    many = run.buffer.sample_batches(batch_size, a.k)
     ways = {"one call per update": lambda: [agent.update(one) for _ in range(a.k)],
             f"{a.k} fused in one call": lambda: agent.update_many(many)}
     for name, fn in ways.items():

@@ -222,16 +222,14 @@ def measure_update(agent, buffer, run: DictConfig, bench: DictConfig, mode: str)
     """One update per call, and K fused into one call (K = `bench.fuse`, and the run's own
     cadence when it fuses another number), in ms per update, on batches of the filled buffer;
     and the sampling of K batches together."""
-    from buffers.types import split_batch
-
     reps, B, K = int(bench.repeats), int(run.batch_size), int(bench.fuse)
     batch = buffer.sample(B)
     number = 5 if mode == "eager" else 50
     out = {"update_ms": 1e3 * per_call(lambda: agent.update(batch), number, reps)}
     for n in sorted({K, updates_per_phase(run) if run.fuse_updates else 1} - {1}):
-        stacked = split_batch(buffer.sample(n * B), n)
+        stacked = buffer.sample_batches(B, n)
         out[f"fused_x{n}_update_ms"] = 1e3 * per_call(lambda: agent.update_many(stacked), max(1, number // n), reps) / n
-        out[f"sample_x{n}_us"] = 1e6 * per_call(lambda: split_batch(buffer.sample(n * B), n), max(1, 800 // n), reps)
+        out[f"sample_x{n}_us"] = 1e6 * per_call(lambda: buffer.sample_batches(B, n), max(1, 800 // n), reps)
     if mode == "graph":
         out["update_traces"] = agent.update_trace_count
     return out

@@ -3,14 +3,17 @@
 Transition i is sampled with probability p_i^alpha / sum_k p_k^alpha, p_i = |TD error_i| + eps;
 new transitions get the largest priority seen so far, so each is replayed at least once soon.
 The loss of each sample is scaled by its importance-sampling weight (N * P(i))^-beta, divided by
-the batch's largest weight; beta anneals linearly from `beta` to 1 over `beta_steps` samples.
+the batch's largest weight; beta anneals linearly from `beta` to 1 over `beta_steps` transitions
+stored (env steps, as OpenAI baselines' schedule), so `beta_steps=total_steps` reaches 1 at the end
+of the run whatever the update cadence. A batch is stratified over the whole priority mass; the n
+batches of a fused phase (`sample_batches`) are n such batches, drawn from the same priorities.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from buffers.sum_tree import SumTree
-from buffers.types import Batch
+from buffers.types import Batch, split_batch
 from buffers.uniform import UniformReplay
 
 
@@ -39,34 +42,42 @@ class PrioritizedReplay(UniformReplay):
         self.alpha, self.beta0, self.beta_steps, self.eps = float(alpha), float(beta), int(beta_steps), float(eps)
         self._tree = SumTree(self.capacity)
         self._max_priority = 1.0
-        self._samples = 0  # batches drawn: the clock of beta's annealing
+        self._stored = 0  # transitions ever added: the clock of beta's annealing
         self.last_indices: np.ndarray | None = None
 
     @property
     def beta(self) -> float:
         if self.beta_steps <= 0:
             return 1.0
-        return self.beta0 + min(self._samples / self.beta_steps, 1.0) * (1.0 - self.beta0)
+        return self.beta0 + min(self._stored / self.beta_steps, 1.0) * (1.0 - self.beta0)
 
     def add(self, obs, action, reward, next_obs, terminated, truncated) -> None:
         n = np.asarray(reward).reshape(-1).shape[0]
         idx = (self._cursor + np.arange(n)) % self.capacity
         super().add(obs, action, reward, next_obs, terminated, truncated)
         self._tree.set(idx, np.full(n, self._max_priority**self.alpha))
+        self._stored += n
 
     def sample(self, batch_size: int) -> Batch:
+        return self._sample(batch_size, 1)
+
+    def sample_batches(self, batch_size: int, n: int) -> Batch:
+        return split_batch(self._sample(batch_size, n), n)
+
+    def _sample(self, batch_size: int, n: int) -> Batch:
+        """n batches, each stratified over the whole priority mass (one draw from each of
+        batch_size equal slices) and weighted by its own largest weight; the same random numbers,
+        indices and weights as n calls of sample() when no priority changes between them."""
         if len(self) == 0:
             raise ValueError("cannot sample from an empty replay buffer")
         total = self._tree.total
-        # stratified: one draw from each of batch_size equal slices of the priority mass
-        values = (np.arange(batch_size) + self._rng.random(batch_size)) * (total / batch_size)
-        idx = np.minimum(self._tree.find(values), len(self) - 1)
+        values = (np.arange(batch_size) + self._rng.random((n, batch_size))) * (total / batch_size)
+        idx = np.minimum(self._tree.find(values.reshape(-1)), len(self) - 1)
         probs = self._tree.get(idx) / total
-        weights = (len(self) * probs) ** (-self.beta)
-        weights = (weights / weights.max()).astype(np.float32)
-        self._samples += 1
+        weights = ((len(self) * probs) ** (-self.beta)).reshape(n, batch_size)
+        weights = (weights / weights.max(axis=1, keepdims=True)).astype(np.float32)
         self.last_indices = idx
-        return self._batch(idx, weights)
+        return self._batch(idx, weights.reshape(-1))
 
     def update_priorities(self, td_error) -> None:
         if self.last_indices is None:
@@ -81,11 +92,12 @@ class PrioritizedReplay(UniformReplay):
         state = super().state_dict()
         state["priorities"] = self._tree.state_dict()["leaves"]
         state["max_priority"] = np.asarray(self._max_priority)
-        state["samples"] = np.asarray(self._samples, dtype=np.int64)
+        state["stored"] = np.asarray(self._stored, dtype=np.int64)
         return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         super().load_state_dict(state)
         self._tree.load_state_dict({"leaves": state["priorities"]})
         self._max_priority = float(state["max_priority"])
-        self._samples = int(state["samples"])
+        # a state saved before the clock counted stored transitions: what the buffer holds
+        self._stored = int(state["stored"]) if "stored" in state else len(self)

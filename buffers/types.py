@@ -25,8 +25,11 @@ class Batch(NamedTuple):
 class Buffer(Protocol):
     def add(self, obs, action, reward, next_obs, terminated, truncated) -> None: ...
     def sample(self, batch_size: int) -> Batch: ...
+    def sample_batches(self, batch_size: int, n: int) -> Batch:
+        """n batches of batch_size drawn together, stacked on a leading axis (for fused updates),
+        each drawn as `sample` draws one."""
     def update_priorities(self, td_error) -> None:
-        """New priorities for the last sampled batch from the update's TD errors (no-op if uniform)."""
+        """New priorities for the last sampled batch(es) from the update's TD errors (no-op if uniform)."""
     def __len__(self) -> int: ...
     def state_dict(self) -> dict[str, np.ndarray]: ...
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None: ...
@@ -34,6 +37,6 @@ class Buffer(Protocol):
 
 def split_batch(batch: Batch, k: int) -> Batch:
     """One batch of k*B transitions as k batches of B stacked on a leading axis (a reshape, no copy
-    when the arrays allow it). With uniform replay, one draw of k*B indices is k draws of B."""
+    when the arrays allow it)."""
     return Batch(*(x.reshape(k, x.shape[0] // k, *x.shape[1:]) for x in batch))
 

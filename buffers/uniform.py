@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from buffers.types import Batch
+from buffers.types import Batch, split_batch
 
 
 class UniformReplay:
@@ -76,6 +76,11 @@ class UniformReplay:
             raise ValueError("cannot sample from an empty replay buffer")
         idx = self._rng.integers(0, len(self), size=batch_size)
         return self._batch(idx, np.ones(batch_size, dtype=np.float32))
+
+    def sample_batches(self, batch_size: int, n: int) -> Batch:
+        """n batches of batch_size stacked on a leading axis: one draw of n*batch_size indices, as
+        independent and uniform as n draws of batch_size."""
+        return split_batch(self.sample(n * batch_size), n)
 
     def update_priorities(self, td_error) -> None:
         """Uniform replay has no priorities."""

@@ -64,16 +64,46 @@ def test_prioritized_sampling_and_importance_weights():
     np.testing.assert_allclose(fresh._tree.get(np.arange(4)), [1, 2, 3, 4], rtol=1e-5)
 
 
-def test_beta_anneals_to_one():
-    buf = PrioritizedReplay(8, 1, 1, 0.99, np.random.default_rng(0), beta=0.4, beta_steps=10)
-    fill(buf, 3)
+def test_beta_anneals_to_one_over_the_transitions_stored_not_the_batches_drawn():
+    buf = PrioritizedReplay(16, 1, 1, 0.99, np.random.default_rng(0), beta=0.4, beta_steps=10)
     assert buf.beta == pytest.approx(0.4)
-    for _ in range(5):
-        buf.sample(2)
+    fill(buf, 5)
     assert buf.beta == pytest.approx(0.7)
-    for _ in range(20):
-        buf.sample(2)
+    buf.sample(2)
+    buf.sample_batches(2, 8)  # however many batches are drawn, the clock is the env steps
+    assert buf.beta == pytest.approx(0.7)
+    fill(buf, 20)
     assert buf.beta == 1.0
+    fresh = PrioritizedReplay(16, 1, 1, 0.99, np.random.default_rng(0), beta=0.4, beta_steps=100)
+    fresh.load_state_dict(buf.state_dict())
+    assert fresh.beta == pytest.approx(0.4 + 0.25 * 0.6)  # the clock is saved and restored
+    state = buf.state_dict()
+    del state["stored"]  # saved before the clock counted stored transitions: what the buffer holds
+    fresh.load_state_dict(state)
+    assert fresh.beta == pytest.approx(0.4 + 0.16 * 0.6)
+
+
+def test_fused_batches_each_cover_the_whole_priority_mass():
+    """The n batches of a fused phase are n batches as sample() draws them, each stratified over
+    all of the buffer (not n slices of one stratified draw of n*B) and weighted by its own max."""
+    def filled(seed):
+        buf = PrioritizedReplay(1000, 1, 1, 0.99, np.random.default_rng(seed), alpha=1.0, beta=0.5, beta_steps=0)
+        fill(buf, 1000)
+        buf.last_indices = np.arange(1000)
+        buf.update_priorities(1.0 + np.arange(1000) % 7)
+        return buf
+
+    fused, one_by_one = filled(3), filled(3)
+    batches = fused.sample_batches(64, 4)
+    assert batches.obs.shape == (4, 64, 1) and batches.weight.shape == (4, 64)
+    for j in range(4):
+        single = one_by_one.sample(64)  # no priority changes in between: the same draws
+        np.testing.assert_array_equal(batches.obs[j], single.obs)
+        np.testing.assert_array_equal(batches.weight[j], single.weight)
+        assert batches.obs[j].min() < 50 and batches.obs[j].max() > 950
+        assert batches.weight[j].max() == 1.0
+    assert fused.last_indices.shape == (256,)
+    fused.update_priorities(np.ones((4, 64)))  # the fused update's TD errors, one per sample
 
 
 @pytest.mark.parametrize("kwargs,message", [({"alpha": -0.1}, "alpha"), ({"beta": 1.5}, "beta"), ({"n_step": 0}, "n_step")])

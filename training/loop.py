@@ -11,7 +11,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from agents.base import Agent
-from buffers.types import Buffer, split_batch
+from buffers.types import Buffer
 from training.loggers import Logger
 
 
@@ -180,7 +180,7 @@ def train(
             n = env_step()
             more = not event_due() and st.step - call_start < s.steps_per_call
             if n or not more:
-                return (split_batch(buffer.sample(n * s.batch_size), n) if n else None), more
+                return (buffer.sample_batches(s.batch_size, n) if n else None), more
 
     stopped = False
     while st.step < s.total_steps:
@@ -198,7 +198,7 @@ def train(
                     buffer.update_priorities(metrics["td_error"])
         elif n := env_step():
             if n > 1 and s.fuse_updates:
-                metrics = agent.update_many(split_batch(buffer.sample(n * s.batch_size), n))
+                metrics = agent.update_many(buffer.sample_batches(s.batch_size, n))
                 buffer.update_priorities(metrics.get("td_error"))
             else:
                 for _ in range(n):
