@@ -1,9 +1,9 @@
 """DDPG (Lillicrap et al. 2016), in the form the TD3 paper compares against ("OurDDPG" in
 sfujim/TD3): one critic, actor and targets updated on every step, Gaussian exploration noise.
 
-The original paper's per-layer L2 weight decay on the critic is `critic_l2` (Keras regularizers,
-added to the critic loss); its other settings (400-300 nets, lr 1e-4 / 1e-3, tau 1e-3) are
-config values.
+The original paper's L2 weight decay on the critic is `critic_l2`: a penalty on the critic's
+kernels added to its loss, whose gradient is critic_l2 * w (PyTorch's `weight_decay`); its other
+settings (400-300 nets, lr 1e-4 / 1e-3, tau 1e-3) are config values.
 """
 from __future__ import annotations
 

@@ -6,6 +6,12 @@ from collections.abc import Sequence
 import keras
 
 
+def weight_decay(coefficient: float):
+    """A Keras kernel regularizer whose gradient is `coefficient * w` (Keras' L2(c) is c * sum(w**2),
+    twice that), or None for 0."""
+    return keras.regularizers.L2(coefficient / 2) if coefficient > 0 else None
+
+
 def mlp(
     input_dim: int,
     output_dim: int,
@@ -17,12 +23,13 @@ def mlp(
 ) -> keras.Model:
     """A dense network `input_dim -> hidden... -> output_dim`, built (its weights exist on return).
 
-    `l2` adds a per-layer L2 weight penalty through Keras regularizers (the original DDPG's
-    critic weight decay); the penalty appears in `model.losses`.
+    `l2` is a weight decay coefficient on the kernels (the original DDPG's critic weight decay):
+    a penalty of l2/2 * sum(w**2), whose gradient is l2 * w, as PyTorch's `weight_decay` and the
+    DDPG paper's "L2 weight decay of 1e-2". It appears in `model.losses`.
     """
     if any(int(h) < 1 for h in hidden):
         raise ValueError(f"network.hidden sizes must be positive integers, got {list(hidden)}")
-    regularizer = keras.regularizers.L2(l2) if l2 > 0 else None
+    regularizer = weight_decay(l2)
     inputs = keras.Input(shape=(int(input_dim),), name=f"{name}_in")
     x = inputs
     for i, units in enumerate(hidden):
@@ -53,7 +60,7 @@ def dueling_mlp(
         raise ValueError("a dueling head outputs Q-values; it takes no output activation (use network=mlp for actors)")
     if not hidden or any(int(h) < 1 for h in hidden):
         raise ValueError(f"network.hidden must be a non-empty list of positive sizes, got {list(hidden)}")
-    regularizer = keras.regularizers.L2(l2) if l2 > 0 else None
+    regularizer = weight_decay(l2)
     inputs = keras.Input(shape=(int(input_dim),), name=f"{name}_in")
     x = inputs
     for i, units in enumerate(hidden[:-1]):

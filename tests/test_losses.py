@@ -135,7 +135,8 @@ def test_ddpg_first_update_by_hand(l2):
     assert float(m["target_q"]) == pytest.approx(float(np.mean(y)), rel=1e-5)
     kernels = [w for w in agent.critic.get_weights() if w.ndim == 2]
     penalty = sum(float(x) for x in agent.critic.losses)
-    assert penalty == pytest.approx(l2 * sum(float(np.sum(k**2)) for k in kernels), rel=1e-5)
+    # weight decay l2: a penalty of l2/2 * sum(w**2), so its gradient is l2 * w (PyTorch's weight_decay)
+    assert penalty == pytest.approx(l2 / 2 * sum(float(np.sum(k**2)) for k in kernels), rel=1e-5)
     # the actor's loss is -mean Q(s, pi(s)) with the critic *after* its step; it must be finite
     assert np.isfinite(float(m["actor_loss"]))
 
