@@ -112,6 +112,11 @@ def stacked(signature: Batch) -> Batch:
     return Batch(*(tf.TensorSpec([None, *s.shape], s.dtype, name=f"{s.name}s") for s in signature))
 
 
+def adam(learning_rate: float) -> keras.optimizers.Adam:
+    """Adam as the reference implementations (PyTorch) run it: epsilon 1e-8, Keras' default being 1e-7."""
+    return keras.optimizers.Adam(learning_rate=learning_rate, epsilon=1e-8)
+
+
 def tf_seed(rng: np.random.Generator) -> int:
     """Draw a seed for TensorFlow's in-graph generator from the run's numpy generator."""
     return int(rng.integers(0, 2**31 - 1))
@@ -354,7 +359,7 @@ class DeterministicActorAgent(CompiledAgent):
             self.obs_dim, self.action_dim, output_activation="tanh", name="actor_target"
         )
         self.actor_target.set_weights(self.actor.get_weights())
-        self.actor_optimizer = keras.optimizers.Adam(learning_rate=actor_lr)
+        self.actor_optimizer = adam(actor_lr)
         self.actor_optimizer.build(self.actor.trainable_variables)
         self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
 

@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from agents import losses
-from agents.base import DeterministicActorAgent
+from agents.base import DeterministicActorAgent, adam
 from buffers.types import Batch
 
 
@@ -43,7 +43,7 @@ class DDPG(DeterministicActorAgent):
         self.critic = network(critic_in, 1, l2=critic_l2, name="critic")
         self.critic_target = network(critic_in, 1, l2=critic_l2, name="critic_target")
         self.critic_target.set_weights(self.critic.get_weights())
-        self.critic_optimizer = keras.optimizers.Adam(learning_rate=critic_lr)
+        self.critic_optimizer = adam(critic_lr)
         self.critic_optimizer.build(self.critic.trainable_variables)
         self._online_vars = self.actor.weights + self.critic.weights
         self._target_vars = self.actor_target.weights + self.critic_target.weights

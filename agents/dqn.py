@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from agents import losses
-from agents.base import CompiledAgent
+from agents.base import CompiledAgent, adam
 from buffers.types import Batch
 
 
@@ -72,7 +72,7 @@ class DQN(CompiledAgent):
         self.q = network(self.obs_dim, self.num_actions, name="q")
         self.q_target = network(self.obs_dim, self.num_actions, name="q_target")
         self.q_target.set_weights(self.q.get_weights())
-        self.optimizer = keras.optimizers.Adam(learning_rate=lr)
+        self.optimizer = adam(lr)
         self.optimizer.build(self.q.trainable_variables)
         self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
         self.explore_steps = _Counter()  # env steps acted with exploration: the epsilon schedule's clock

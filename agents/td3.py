@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from agents import losses
-from agents.base import DeterministicActorAgent
+from agents.base import DeterministicActorAgent, adam
 from buffers.types import Batch
 
 
@@ -55,7 +55,7 @@ class TD3(DeterministicActorAgent):
         self.critic1_target.set_weights(self.critic1.get_weights())
         self.critic2_target.set_weights(self.critic2.get_weights())
         self._critic_vars = self.critic1.trainable_variables + self.critic2.trainable_variables
-        self.critic_optimizer = keras.optimizers.Adam(learning_rate=critic_lr)
+        self.critic_optimizer = adam(critic_lr)
         self.critic_optimizer.build(self._critic_vars)
         self._online_vars = self.actor.weights + self.critic1.weights + self.critic2.weights
         self._target_vars = (

@@ -1,15 +1,32 @@
 """Multi-layer perceptrons for actors, critics and Q-networks."""
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import keras
+
+INITS = ("torch", "keras")
 
 
 def weight_decay(coefficient: float):
     """A Keras kernel regularizer whose gradient is `coefficient * w` (Keras' L2(c) is c * sum(w**2),
     twice that), or None for 0."""
     return keras.regularizers.L2(coefficient / 2) if coefficient > 0 else None
+
+
+def dense(units: int, fan_in: int, init: str, **kwargs) -> keras.layers.Dense:
+    """A Dense layer of `units` on `fan_in` inputs, initialized as `init` says:
+    - torch: PyTorch's nn.Linear default, kernel and bias U(+-1/sqrt(fan_in)); the reference
+      implementations use it (sfujim/TD3, Stable-Baselines3's DQN/TD3, and Torch7's DQN).
+    - keras: Keras' default, Glorot-uniform kernel and zero bias."""
+    if init not in INITS:
+        raise ValueError(f"network.init must be one of {', '.join(INITS)}, got {init!r}")
+    if init == "torch":
+        bound = 1.0 / math.sqrt(fan_in)
+        kwargs.update(kernel_initializer=keras.initializers.RandomUniform(-bound, bound),
+                      bias_initializer=keras.initializers.RandomUniform(-bound, bound))
+    return keras.layers.Dense(int(units), **kwargs)
 
 
 def mlp(
@@ -19,28 +36,25 @@ def mlp(
     activation: str = "relu",
     output_activation: str | None = None,
     l2: float = 0.0,
+    init: str = "torch",
     name: str = "mlp",
 ) -> keras.Model:
     """A dense network `input_dim -> hidden... -> output_dim`, built (its weights exist on return).
 
     `l2` is a weight decay coefficient on the kernels (the original DDPG's critic weight decay):
     a penalty of l2/2 * sum(w**2), whose gradient is l2 * w, as PyTorch's `weight_decay` and the
-    DDPG paper's "L2 weight decay of 1e-2". It appears in `model.losses`.
+    DDPG paper's "L2 weight decay of 1e-2". It appears in `model.losses`. `init`: see `dense`.
     """
     if any(int(h) < 1 for h in hidden):
         raise ValueError(f"network.hidden sizes must be positive integers, got {list(hidden)}")
     regularizer = weight_decay(l2)
     inputs = keras.Input(shape=(int(input_dim),), name=f"{name}_in")
-    x = inputs
+    x, fan_in = inputs, int(input_dim)
     for i, units in enumerate(hidden):
-        x = keras.layers.Dense(
-            int(units), activation=activation, kernel_regularizer=regularizer, name=f"{name}_h{i}"
-        )(x)
-    outputs = keras.layers.Dense(
-        int(output_dim),
-        activation=output_activation,
-        kernel_regularizer=regularizer,
-        name=f"{name}_out",
+        x = dense(units, fan_in, init, activation=activation, kernel_regularizer=regularizer, name=f"{name}_h{i}")(x)
+        fan_in = int(units)
+    outputs = dense(
+        output_dim, fan_in, init, activation=output_activation, kernel_regularizer=regularizer, name=f"{name}_out"
     )(x)
     return keras.Model(inputs, outputs, name=name)
 
@@ -52,6 +66,7 @@ def dueling_mlp(
     activation: str = "relu",
     output_activation: str | None = None,
     l2: float = 0.0,
+    init: str = "torch",
     name: str = "dueling",
 ) -> keras.Model:
     """Dueling architecture (Wang et al. 2016): a shared torso, then a value stream V(s) and an
@@ -62,14 +77,15 @@ def dueling_mlp(
         raise ValueError(f"network.hidden must be a non-empty list of positive sizes, got {list(hidden)}")
     regularizer = weight_decay(l2)
     inputs = keras.Input(shape=(int(input_dim),), name=f"{name}_in")
-    x = inputs
+    x, fan_in = inputs, int(input_dim)
     for i, units in enumerate(hidden[:-1]):
-        x = keras.layers.Dense(int(units), activation=activation, kernel_regularizer=regularizer, name=f"{name}_h{i}")(x)
+        x = dense(units, fan_in, init, activation=activation, kernel_regularizer=regularizer, name=f"{name}_h{i}")(x)
+        fan_in = int(units)
     last = int(hidden[-1])
-    v = keras.layers.Dense(last, activation=activation, kernel_regularizer=regularizer, name=f"{name}_v_h")(x)
-    v = keras.layers.Dense(1, kernel_regularizer=regularizer, name=f"{name}_v")(v)
-    a = keras.layers.Dense(last, activation=activation, kernel_regularizer=regularizer, name=f"{name}_a_h")(x)
-    a = keras.layers.Dense(int(output_dim), kernel_regularizer=regularizer, name=f"{name}_a")(a)
+    v = dense(last, fan_in, init, activation=activation, kernel_regularizer=regularizer, name=f"{name}_v_h")(x)
+    v = dense(1, last, init, kernel_regularizer=regularizer, name=f"{name}_v")(v)
+    a = dense(last, fan_in, init, activation=activation, kernel_regularizer=regularizer, name=f"{name}_a_h")(x)
+    a = dense(output_dim, last, init, kernel_regularizer=regularizer, name=f"{name}_a")(a)
     q = DuelingCombine(name=f"{name}_out")([v, a])
     return keras.Model(inputs, q, name=name)
 

@@ -140,3 +140,20 @@ def test_fused_updates_equal_the_same_updates_one_by_one(cls, mode):
     np.testing.assert_allclose(fused.act(obs, False), one_by_one.act(obs, False), rtol=1e-4, atol=1e-5)
     if mode != "eager":
         assert fused._update_many_fn.experimental_get_tracing_count() == 1
+
+
+@pytest.mark.parametrize("agent_name", ["td3", "ddpg", "dqn"])
+def test_optimizers_are_adam_with_pytorchs_epsilon(make_cfg, agent_name):
+    """The reference code runs PyTorch's Adam (epsilon 1e-8); Keras' default is 1e-7."""
+    from omegaconf import OmegaConf
+
+    from training.builder import build_run
+
+    cfg = make_cfg(f"agent={agent_name}", "env=cartpole" if agent_name == "dqn" else "env=pendulum")
+    OmegaConf.resolve(cfg)
+    run = build_run(cfg, with_buffer=False)
+    try:
+        optimizers = [v for k, v in run.agent.trackables().items() if k.endswith("optimizer")]
+        assert optimizers and all(opt.epsilon == 1e-8 for opt in optimizers)
+    finally:
+        run.close()

@@ -65,6 +65,7 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
         (["agent=dqn", "env=gridworld", "env.kwargs.size=3"], "Gridworld size must be an integer >= 4"),
         (["agent=td3", "network=dueling_mlp"], "a dueling head outputs Q-values"),
         (["agent.policy_delay=0"], "agent.policy_delay must be at least 1"),
+        (["network.init=xavier"], "network.init must be one of torch, keras"),
     ],
 )
 def test_bad_input_gets_a_clear_message_and_nonzero_exit(tmp_path, overrides, message):
