@@ -100,8 +100,8 @@ def main() -> None:
     for name, fn in ways.items():
         ms = 1e3 * per_call(fn, 1, 5) / a.k  # its first call traces, untimed
         print(f"\n{name}: {ms:.3f} ms per update (median of 5); ops by time per update:")
-        for ms, count, op in op_times(fn, a.k, a.top):
-            print(f"  {ms:8.3f} ms  x{count / a.k:5.2f}  {op[:110]}")
+        for op_ms, count, op in op_times(fn, a.k, a.top):
+            print(f"  {op_ms:8.3f} ms  x{count / a.k:5.2f}  {op[:110]}")
     run.close()
 
 
