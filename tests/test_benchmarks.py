@@ -58,6 +58,18 @@ def test_profile_update_reads_the_ops_of_both_ways_of_calling():
     assert proc.stdout.count("MatMul") >= 2  # the profiler saw the update's matmuls, both ways
 
 
+def test_cold_step_times_the_env_step_in_each_condition():
+    cmd = [sys.executable, "benchmarks/cold_step.py", "agent=td3", "env=pendulum", "network.hidden=[16,16]",
+           "batch_size=16", "--steps", "5", "--rounds", "2"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.split("|") for line in proc.stdout.splitlines() if line.startswith("| ") and "before it" not in line]
+    names = [r[1].strip() for r in rows]
+    assert len(names) == 3 and names[:2] == ["back to back", "after an update"]
+    assert names[2].startswith("after a ") and names[2].endswith(" ms sleep")
+    assert all(float(r[2]) > 0 and float(r[3]) > 0 for r in rows)
+
+
 def test_throughput_can_time_the_update_alone(tmp_path):
     """`bench.only=update` (compare_sb3.py --updates) times sampling and the update, one per call and
     fused, and nothing of the loop; an unknown `bench.only` is refused with the choices."""
