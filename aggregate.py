@@ -4,7 +4,7 @@ learning curves per env and a performance profile across envs, with rliable's me
     python train.py -m agent=td3,ddpg env=hopper,walker2d seed=0,1,2
     python aggregate.py multirun/2026-11-21/12-00-00                  # -> multirun/.../aggregate/
     python aggregate.py sweep_a sweep_b outputs/2026-11-22/09-00-00 --by buffer --out results/
-    python aggregate.py multirun/... --by agent.tau --reps 10000 --seed 1
+    python aggregate.py multirun/... --by agent.tau --reps 50000 --seed 1
 
 The methods and how incomplete runs are handled: training/aggregate.py.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from training.aggregate import AggregateError, aggregate
+from training.aggregate import DEFAULT_REPS, AggregateError, aggregate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,10 +25,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="also group by this key: a config group (buffer, network) or a dotted config key "
                              "(agent.tau); repeat it or separate keys with commas")
     parser.add_argument("--out", default=None, help="output dir (default: <first path>/aggregate)")
-    parser.add_argument("--reps", type=int, default=2000, help="bootstrap replicates (default 2000; rliable uses 50000)")
+    parser.add_argument("--reps", type=int, default=DEFAULT_REPS,
+                        help=f"bootstrap replicates (default {DEFAULT_REPS}; rliable uses 50000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
     parser.add_argument("--complete-only", action="store_true",
-                        help="leave out runs without summary.json (listed as skipped) instead of counting their last evaluation")
+                        help="leave out incomplete runs (no summary.json, or one older than their last evaluation; listed as skipped) instead of counting their last evaluation")
     args = parser.parse_args(argv)
     try:
         report = aggregate(args.paths, by=args.by, out=args.out, reps=args.reps, seed=args.seed,

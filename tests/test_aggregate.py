@@ -123,7 +123,7 @@ def test_performance_profile_matches_a_direct_computation():
 
 def test_minmax_normalize():
     np.testing.assert_allclose(minmax_normalize([-10.0, 0.0, 30.0], -10.0, 30.0), [0.0, 0.25, 1.0])
-    np.testing.assert_array_equal(minmax_normalize([5.0, 5.0], 5.0, 5.0), [1.0, 1.0])
+    assert np.isnan(minmax_normalize([5.0, 5.0], 5.0, 5.0)).all()  # no range: undefined, not pinned at 1
 
 
 # ----------------------------------------------------------------------------------------------
@@ -246,6 +246,64 @@ def test_end_to_end_two_agents_two_envs_three_seeds(tmp_path):
     assert "left out by --complete-only" in proc.stdout
     rows = read_rows(os.path.join(again, "results.csv"))
     assert rows[2]["n_runs"] == "3" and float(rows[2]["mean"]) == pytest.approx(np.mean(finals[("td3", "hopper")][:3]))
+
+
+def test_diverged_runs_are_counted_and_left_out_of_the_statistics(tmp_path):
+    root = str(tmp_path / "sweep")
+    for seed, returns in enumerate([(0.0, 100.0, 300.0), (0.0, 200.0, 500.0), (0.0, 900.0, float("nan")),
+                                    (0.0, 150.0, 400.0)]):
+        make_run(os.path.join(root, f"td3_{seed}"), "td3", "hopper", seed, returns)
+    for seed in (0, 1):  # every ddpg run diverged
+        make_run(os.path.join(root, f"ddpg_{seed}"), "ddpg", "hopper", seed, (0.0, float("inf")))
+    report = aggregate([root], reps=200)
+    assert [(r["agent"], r["n_runs"], r["n_diverged"]) for r in report.rows] == [("td3", 3, 1)]
+    # the statistics are those of the three runs that did not diverge, not of the diverged run's last finite eval
+    assert report.rows[0]["mean"] == pytest.approx(400.0)
+    assert "| 3 (+1 diverged) |" in report.markdown
+    assert "seed=2 (sweep/td3_2) at step 2000" in report.markdown
+    assert "ddpg/hopper: all 2 run(s) diverged" in report.markdown and "at step 1000" in report.markdown
+
+
+def test_a_summary_older_than_the_last_evaluation_is_incomplete(tmp_path):
+    root = str(tmp_path / "sweep")
+    make_run(os.path.join(root, "0"), seed=0, returns=(0.0, 10.0, 20.0))
+    make_run(os.path.join(root, "1"), seed=1, returns=(0.0, 10.0, 30.0, 40.0))  # resumed to 3000, crashed after
+    with open(os.path.join(root, "1", "summary.json")) as f:
+        summary = json.load(f)
+    with open(os.path.join(root, "1", "summary.json"), "w") as f:
+        json.dump({**summary, "steps": 2000}, f)  # written when it first finished at 2000
+    report = aggregate([root], reps=50)
+    assert report.rows[0]["n_incomplete"] == 1
+    assert "summary.json is from step 2000 but eval.csv goes on to step 3000" in report.markdown
+    report = aggregate([root], reps=50, out=str(tmp_path / "complete"), complete_only=True)
+    assert report.rows[0]["n_runs"] == 1 and report.rows[0]["mean"] == 20.0
+
+
+def test_one_run_gets_no_interval_and_few_runs_a_warning(tmp_path):
+    root = str(tmp_path / "sweep")
+    make_run(os.path.join(root, "solo"), "ddpg", "hopper", 0, (0.0, 77.0))
+    for seed in range(3):
+        make_run(os.path.join(root, f"td3_{seed}"), "td3", "hopper", seed, (0.0, 100.0 * (seed + 1)))
+    report = aggregate([root], reps=100)
+    solo, trio = report.rows
+    assert solo["n_runs"] == 1 and np.isnan(solo["mean_ci_low"]) and np.isnan(solo["iqm_ci_high"])
+    assert trio["n_runs"] == 3 and trio["mean_ci_low"] < 200.0 < trio["mean_ci_high"]
+    assert "| 77.00 | n/a |" in report.markdown
+    assert "ddpg/hopper: one run: no confidence interval" in report.markdown
+    assert "td3/hopper: 3 runs: bootstrap CIs from fewer than 5 runs are too narrow" in report.markdown
+
+
+def test_an_env_where_every_run_scores_the_same_is_left_out_across_envs(tmp_path):
+    root = str(tmp_path / "sweep")
+    for agent, scores in (("td3", (300.0, 500.0)), ("ddpg", (100.0, 200.0))):
+        for seed, final in enumerate(scores):
+            make_run(os.path.join(root, f"{agent}_h{seed}"), agent, "hopper", seed, (0.0, final))
+            make_run(os.path.join(root, f"{agent}_w{seed}"), agent, "walker2d", seed, (0.0, 1000.0))  # all alike
+    report = aggregate([root], reps=100)
+    assert "walker2d: every run has the same final return (1000.0)" in report.markdown
+    across = report.markdown.split("## Across envs")[1].split("## Notes")[0]
+    # normalized on hopper alone: ddpg (0, 0.25), td3 (0.5, 1); pinning walker2d at 1 would lift both means
+    assert "| ddpg | 1 | 2 | 0.125 |" in across and "| td3 | 1 | 2 | 0.750 |" in across
 
 
 def test_by_keys_from_choices_overrides_and_config(tmp_path):

@@ -188,6 +188,8 @@ def test_resume_extends_a_finished_run(tmp_path, reference):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert [int(r["step"]) for r in read_csv(run_dir / "eval.csv")] == [0, 200, 400, 600, 800]
     assert json.loads((run_dir / "summary.json").read_text())["steps"] == 800
+    # the summary of the run as it first finished is kept aside, not left to describe the extension
+    assert json.loads((run_dir / "summary_600.json").read_text())["steps"] == 600
 
 
 def test_evaluate_prints_and_writes_json(reference):

@@ -18,7 +18,9 @@ Statistics (all over runs, never over the episodes inside one evaluation):
 - Confidence intervals: 95% percentile intervals of the stratified bootstrap. Each replicate
   resamples the runs of every task (stratum) with replacement, independently per task, and
   recomputes the statistic; the interval is the 2.5th and 97.5th percentile of the replicates
-  (rliable uses 50000 replicates; the default here is 2000, `--reps`). A row of the table is a
+  (rliable uses 50000 replicates; the default here is 10000, `--reps`, with which an endpoint moves
+  by under 1% of the interval's width from one `--seed` to another (standard deviation over 10
+  seeds, 10 runs); pass `--reps 50000` for numbers to publish). A row of the table is a
   single task, so its CI is the plain bootstrap over that group's runs. Each interval draws from its
   own generator seeded with (`--seed`, a hash of what it estimates), so the output is reproducible
   and one group's interval does not change when other runs join the aggregation.
@@ -34,14 +36,18 @@ Statistics (all over runs, never over the episodes inside one evaluation):
   normalized final return exceeds tau (with equal runs per env this is the fraction of all runs),
   with a 95% stratified-bootstrap band. There are no reference scores, so scores are min-max
   normalized per env over the final returns of all runs of that env in this aggregation:
-  (R - min) / (max - min). They are relative to these runs only (an env where every run has the
-  same final return normalizes to 1). The same normalization gives the "across envs" table: the
+  (R - min) / (max - min). They are relative to these runs only; an env where every run has the
+  same final return has no range, so it is left out (and noted). The same normalization gives the "across envs" table: the
   mean (mean over envs of the per-env means, rliable's aggregate mean) and the IQM of the pooled
   normalized runs (rliable's aggregate IQM), with stratified-bootstrap CIs.
 
-What is not clean is reported, never dropped silently: runs without summary.json (stopped, crashed
-or still running) count with their last evaluation and are listed as incomplete (with
-`--complete-only` they are left out and listed as skipped); unreadable eval.csv rows and a last row
+What is not clean is reported, never dropped silently: runs without summary.json, or with one older
+than their last evaluation (stopped, crashed, resumed or still running) count with their last
+evaluation and are listed as incomplete (with `--complete-only` they are left out and listed as
+skipped); a run whose evaluation return became NaN or infinite diverged: it has no final return,
+so it is left out of the statistics and counted next to its group's runs ("+k diverged"). A CI
+needs two runs (one run gets none), and with fewer than 5 the notes say it is too narrow.
+Unreadable eval.csv rows and a last row
 cut off mid-write are left out and listed; groups whose
 runs end at different steps are listed with the steps; runs with no or an empty eval.csv are
 listed as skipped with the reason; runs of a group that differ in overrides other than the seed
@@ -67,6 +73,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from training.resume import hydra_record
 
 CONFIDENCE = 0.95
+DEFAULT_REPS = 10000  # bootstrap replicates (rliable: 50000)
 TAUS = np.linspace(0.0, 1.0, 101)  # thresholds of the performance profile (normalized scores)
 # Overrides that do not change what a run learns; a group whose runs differ only in these is not noted.
 _NEUTRAL_OVERRIDES = ("seed", "progress", "log_every", "logger", "wandb", "checkpoint_every", "checkpoint_keep",
@@ -103,7 +110,7 @@ def iqm(scores, axis: int | None = 0):
 def stratified_bootstrap_ci(
     scores_by_task: Sequence,
     statistic: Callable[[list[np.ndarray]], float | np.ndarray],
-    reps: int = 2000,
+    reps: int = DEFAULT_REPS,
     rng: np.random.Generator | None = None,
     alpha: float = 1 - CONFIDENCE,
 ) -> tuple:
@@ -131,7 +138,7 @@ def run_score_distribution(scores_by_task: Sequence, taus) -> np.ndarray:
     return np.mean([np.mean(np.asarray(s, dtype=float)[:, None] > taus[None, :], axis=0) for s in scores_by_task], axis=0)
 
 
-def performance_profile(scores_by_task: Sequence, taus=TAUS, reps: int = 2000,
+def performance_profile(scores_by_task: Sequence, taus=TAUS, reps: int = DEFAULT_REPS,
                         rng: np.random.Generator | None = None, alpha: float = 1 - CONFIDENCE):
     """rliable's run-score performance profile: (F(tau), CI low, CI high) over `taus`, the band
     from the stratified bootstrap over the runs of each task."""
@@ -141,10 +148,11 @@ def performance_profile(scores_by_task: Sequence, taus=TAUS, reps: int = 2000,
 
 
 def minmax_normalize(scores, low: float, high: float) -> np.ndarray:
-    """(scores - low) / (high - low); all 1 when high == low (every run reached the best score)."""
+    """(scores - low) / (high - low); NaN when high == low: with every run at the same score there
+    is no range to place a score in (pinning them at 1 would lift the aggregates across envs)."""
     scores = np.asarray(scores, dtype=float)
     if high == low:
-        return np.ones_like(scores)
+        return np.full_like(scores, np.nan)
     return (scores - low) / (high - low)
 
 
@@ -182,6 +190,7 @@ class Run:
     choices: dict
     overrides: dict  # key -> parsed value, as given on the command line
     problems: list[str] = field(default_factory=list)
+    diverged_at: int | None = None  # first eval step with a non-finite return (NaN, inf)
 
     @property
     def label(self) -> str:
@@ -306,12 +315,13 @@ def parse_overrides(lines: Sequence[str]) -> dict:
     return parsed
 
 
-def read_eval_csv(path: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Steps and return_mean of an eval.csv, sorted by step, and what was wrong with it. Rows that
-    do not parse, have the wrong number of fields or a non-finite return are left out, and so is a
-    last line without a line end (cut off by a crash mid-write); a step logged twice keeps its last
-    row. Raises ValueError when the file lacks the step or return_mean column."""
-    problems, by_step, bad, repeated = [], {}, [], []
+def read_eval_csv(path: str) -> tuple[np.ndarray, np.ndarray, list[str], int | None]:
+    """Steps and return_mean of an eval.csv, sorted by step, what was wrong with it, and the first
+    step whose return is not finite (NaN, inf: the run diverged; None if none). Rows that do not
+    parse or have the wrong number of fields are left out, and so is a last line without a line end
+    (cut off by a crash mid-write); a step logged twice keeps its last row. Raises ValueError when
+    the file lacks the step or return_mean column."""
+    problems, by_step, bad, repeated, not_finite = [], {}, [], [], []
     with open(path, newline="") as f:
         lines = f.read().splitlines(keepends=True)
     if len(lines) > 1 and not lines[-1].endswith(("\n", "\r")):
@@ -330,17 +340,17 @@ def read_eval_csv(path: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
             bad.append(line)
             continue
         if not math.isfinite(ret):
-            bad.append(line)
+            not_finite.append(step)
             continue
         if step in by_step:
             repeated.append(step)
         by_step[step] = ret
     if bad:
-        problems.append(f"eval.csv line(s) {_steps_text(bad)} unreadable or not finite, left out")
+        problems.append(f"eval.csv line(s) {_steps_text(bad)} unreadable, left out")
     if repeated:
         problems.append(f"eval.csv has step(s) {_steps_text(sorted(set(repeated)))} twice, the last row kept")
     steps = np.array(sorted(by_step), dtype=np.int64)
-    return steps, np.array([by_step[s] for s in steps], dtype=float), problems
+    return steps, np.array([by_step[s] for s in steps], dtype=float), problems, min(not_finite, default=None)
 
 
 def load_run(path: str) -> Run | Skipped:
@@ -365,10 +375,10 @@ def load_run(path: str) -> Run | Skipped:
     if not os.path.exists(eval_path):
         return Skipped(path, "no eval.csv (the run ended before its first evaluation, or is not a training run)")
     try:
-        steps, returns, eval_problems = read_eval_csv(eval_path)
+        steps, returns, eval_problems, diverged_at = read_eval_csv(eval_path)
     except (OSError, ValueError, csv.Error) as err:
         return Skipped(path, f"unreadable eval.csv ({err})")
-    if len(steps) == 0:
+    if len(steps) == 0 and diverged_at is None:
         return Skipped(path, "eval.csv holds no evaluation rows")
     target = _select(cfg, "agent._target_")
     target = None if target is _MISSING else str(target)
@@ -383,8 +393,13 @@ def load_run(path: str) -> Run | Skipped:
     except (TypeError, ValueError):
         seed = None
     complete = summary is not None and not summary.get("stopped", False)
+    last_eval = max([*steps.tolist(), diverged_at if diverged_at is not None else -1])
+    if complete and isinstance(summary.get("steps"), (int, float)) and last_eval > summary["steps"]:
+        complete = False  # resumed after it finished (to extend it), and not finished again
+        problems.append(f"summary.json is from step {summary['steps']} but eval.csv goes on to step {last_eval} "
+                        f"(resumed after it finished): counted as incomplete")
     return Run(path, str(agent), str(env), target, env_id, seed, complete, steps, returns, cfg, choices,
-               parse_overrides(override_lines), problems + eval_problems)
+               parse_overrides(override_lines), problems + eval_problems, diverged_at)
 
 
 def by_value(run: Run, key: str):
@@ -407,6 +422,11 @@ def group_name(agent: str, env: str | None, by: Sequence[str], values: Sequence[
     return f"{name} ({extra})" if extra else name
 
 
+def group_key(run: Run, by: Sequence[str]) -> tuple:
+    """(agent, env, *by values as text): the group a run belongs to."""
+    return (run.agent, run.env, *[format_value(by_value(run, k)) for k in by])
+
+
 def group_runs(runs: list[Run], by: Sequence[str]) -> dict[tuple, list[Run]]:
     """{(agent, env, *by values): runs}, sorted; raises on an unknown --by key and on a group
     that mixes agent classes or env ids under one name."""
@@ -420,8 +440,7 @@ def group_runs(runs: list[Run], by: Sequence[str]) -> dict[tuple, list[Run]]:
                 f"{', '.join(groups) or 'none'}; config keys are dotted paths such as agent.tau or batch_size.")
     groups: dict[tuple, list[Run]] = {}
     for run in runs:
-        key = (run.agent, run.env, *[format_value(v) for v in values[run.path]])
-        groups.setdefault(key, []).append(run)
+        groups.setdefault(group_key(run, by), []).append(run)
     for key, members in groups.items():
         members.sort(key=lambda r: (r.seed if r.seed is not None else -1, _natural(r.path)))
         for what, attr in (("agent classes (agent._target_)", "agent_target"), ("env ids (env.id)", "env_id")):
@@ -447,9 +466,14 @@ def group_notes(runs: list[Run], by: Sequence[str]) -> list[str]:
     """What a reader of the group's numbers must know: incomplete runs, unequal lengths, runs
     that differ in more than the seed, repeated seeds, unreadable eval rows, unset --by keys."""
     notes = []
+    if len(runs) == 1:
+        notes.append("one run: no confidence interval")
+    elif len(runs) < MIN_CI_RUNS:
+        notes.append(f"{len(runs)} runs: bootstrap CIs from fewer than {MIN_CI_RUNS} runs are too narrow")
     incomplete = [r for r in runs if not r.complete]
     if incomplete:
-        notes.append(f"{len(incomplete)} incomplete run(s) (no summary.json: stopped, crashed or still running), "
+        notes.append(f"{len(incomplete)} incomplete run(s) (no summary.json, or an older one: stopped, crashed, resumed "
+                     f"or still running), "
                      f"final return = last evaluation: " + ", ".join(f"{r.label} at step {r.final_step}" for r in incomplete))
     ends = Counter(r.final_step for r in runs)
     if len(ends) > 1:
@@ -567,7 +591,7 @@ def _num(x: float) -> str:
 
 
 def _ci(low: float, high: float) -> str:
-    return f"[{_num(low)}, {_num(high)}]"
+    return f"[{_num(low)}, {_num(high)}]" if math.isfinite(low) and math.isfinite(high) else "n/a"
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> str:
@@ -634,7 +658,10 @@ def plot_profile(path: str, taus: np.ndarray, profiles: list[tuple[str, int, np.
     ax.set_xlim(0, 1)
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+    if profiles:
+        ax.legend(fontsize="small")
+    else:
+        ax.text(0.5, 0.5, "no env whose runs differ in final return: nothing to normalize", ha="center", va="center")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -658,34 +685,44 @@ def _by_keys(by: Sequence[str]) -> list[str]:
     return keys
 
 
-def load_runs(paths: Sequence[str], complete_only: bool = False) -> tuple[list[Run], list[Skipped], list[str]]:
-    """The runs under `paths`, the run dirs skipped (with the reason) and those found twice."""
+def load_runs(paths: Sequence[str], complete_only: bool = False) -> tuple[list[Run], list[Run], list[Skipped], list[str]]:
+    """The runs under `paths`, the runs that diverged (kept apart: they have no final return to
+    count), the run dirs skipped (with the reason) and those found twice."""
     dirs, repeated = find_run_dirs(paths)
-    runs, skipped = [], []
+    runs, diverged, skipped = [], [], []
     for d in dirs:
         loaded = load_run(d)
         if isinstance(loaded, Skipped):
             skipped.append(loaded)
+        elif loaded.diverged_at is not None:
+            diverged.append(loaded)
         elif complete_only and not loaded.complete:
-            skipped.append(Skipped(d, f"incomplete (no summary.json; last eval at step {loaded.final_step}), "
-                                      f"left out by --complete-only"))
+            skipped.append(Skipped(d, f"incomplete (no summary.json, or an older one; last eval at step "
+                                      f"{loaded.final_step}), left out by --complete-only"))
         else:
             runs.append(loaded)
     if not runs:
-        listing = "; ".join(f"{s.path}: {s.reason}" for s in skipped)
+        listing = "; ".join([*(f"{s.path}: {s.reason}" for s in skipped),
+                             *(f"{r.path}: diverged at step {r.diverged_at}" for r in diverged)])
         raise AggregateError(f"found {len(dirs)} run dir(s) under {', '.join(paths)} but none has evaluations to "
                              f"aggregate: {listing}")
-    return runs, skipped, repeated
+    return runs, diverged, skipped, repeated
 
 
-def summarize_group(key: tuple, runs: list[Run], by: Sequence[str], reps: int, seed: int) -> dict:
-    """The row of results.csv: final-return mean and IQM with their bootstrap CIs over the runs."""
+MIN_CI_RUNS = 5  # below this many runs per task, a percentile bootstrap CI is noted as too narrow
+
+
+def summarize_group(key: tuple, runs: list[Run], by: Sequence[str], reps: int, seed: int, n_diverged: int = 0) -> dict:
+    """The row of results.csv: final-return mean and IQM with their bootstrap CIs over the runs
+    (NaN with one run: resampling one score gives no interval)."""
     finals = np.array([r.final_return for r in runs])
-    (m_low, i_low), (m_high, i_high) = stratified_bootstrap_ci(
-        [finals], lambda s: [np.mean(s[0]), iqm(s[0])], reps, _rng(seed, "final", *key))
+    (m_low, i_low), (m_high, i_high) = (np.nan, np.nan), (np.nan, np.nan)
+    if len(runs) > 1:
+        (m_low, i_low), (m_high, i_high) = stratified_bootstrap_ci(
+            [finals], lambda s: [np.mean(s[0]), iqm(s[0])], reps, _rng(seed, "final", *key))
     return {
         "agent": key[0], "env": key[1], **dict(zip(by, key[2:])),
-        "n_runs": len(runs), "n_incomplete": sum(not r.complete for r in runs),
+        "n_runs": len(runs), "n_incomplete": sum(not r.complete for r in runs), "n_diverged": n_diverged,
         "mean": float(np.mean(finals)), "mean_ci_low": float(m_low), "mean_ci_high": float(m_high),
         "iqm": float(iqm(finals)), "iqm_ci_low": float(i_low), "iqm_ci_high": float(i_high),
         "final_step_min": min(r.final_step for r in runs), "final_step_max": max(r.final_step for r in runs),
@@ -694,7 +731,7 @@ def summarize_group(key: tuple, runs: list[Run], by: Sequence[str], reps: int, s
 
 
 def write_csv(path: str, rows: list[dict], notes: list[list[str]], by: Sequence[str]) -> None:
-    header = ["agent", "env", *by, "n_runs", "n_incomplete", "mean", "mean_ci_low", "mean_ci_high", "iqm",
+    header = ["agent", "env", *by, "n_runs", "n_incomplete", "n_diverged", "mean", "mean_ci_low", "mean_ci_high", "iqm",
               "iqm_ci_low", "iqm_ci_high", "final_step_min", "final_step_max", "env_id", "notes"]
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
@@ -709,7 +746,8 @@ def render_markdown(paths: Sequence[str], by: Sequence[str], reps: int, seed: in
     ci = f"{CONFIDENCE:.0%} CI"
     table = _md_table(
         ["agent", "env", *by, "runs", "mean", f"mean {ci}", "IQM", f"IQM {ci}", "final step", "notes"],
-        [[row["agent"], row["env"], *[row[k] for k in by], str(row["n_runs"]), _num(row["mean"]),
+        [[row["agent"], row["env"], *[row[k] for k in by],
+          str(row["n_runs"]) + (f" (+{row['n_diverged']} diverged)" if row["n_diverged"] else ""), _num(row["mean"]),
           _ci(row["mean_ci_low"], row["mean_ci_high"]), _num(row["iqm"]), _ci(row["iqm_ci_low"], row["iqm_ci_high"]),
           str(row["final_step_max"]) if row["final_step_min"] == row["final_step_max"]
           else f"{row['final_step_min']}-{row['final_step_max']}",
@@ -723,7 +761,9 @@ def render_markdown(paths: Sequence[str], by: Sequence[str], reps: int, seed: in
         "Final return = the `return_mean` of each run's last evaluation (`eval.csv`). IQM = interquartile mean "
         "(mean of the middle 50% of runs, `scipy.stats.trim_mean(x, 0.25)`; the plain mean below 4 runs). "
         f"CIs: {CONFIDENCE:.0%} percentile bootstrap over runs ({reps} replicates, seed {seed}), as in rliable "
-        "(Agarwal et al. 2021).",
+        f"(Agarwal et al. 2021); none from a single run, and with fewer than {MIN_CI_RUNS} runs they are too narrow "
+        "(they cover the true value less often than their level says). Runs whose evaluation return became NaN "
+        "or infinite diverged: they are counted as \"+k diverged\" and left out of the statistics.",
         "",
         table,
         "",
@@ -748,7 +788,7 @@ def render_markdown(paths: Sequence[str], by: Sequence[str], reps: int, seed: in
     return "\n".join(md)
 
 
-def aggregate(paths: Sequence[str], by: Sequence[str] = (), out: str | None = None, reps: int = 2000,
+def aggregate(paths: Sequence[str], by: Sequence[str] = (), out: str | None = None, reps: int = DEFAULT_REPS,
               seed: int = 0, complete_only: bool = False) -> Report:
     """Read the runs under `paths`, write results.md, results.csv, curves_<env>.png and
     performance_profile.png into `out` (default <first path>/aggregate) and return the report."""
@@ -756,10 +796,13 @@ def aggregate(paths: Sequence[str], by: Sequence[str] = (), out: str | None = No
         raise AggregateError("no path given; pass a sweep dir (multirun/<date>/<time>) or a run dir.")
     if reps < 1:
         raise AggregateError(f"--reps {reps}: the bootstrap needs at least 1 replicate (rliable uses 50000, "
-                             f"the default is 2000).")
+                             f"the default is {DEFAULT_REPS}).")
     by = _by_keys(by)
-    runs, skipped, repeated = load_runs(paths, complete_only)
+    runs, diverged, skipped, repeated = load_runs(paths, complete_only)
     groups = group_runs(runs, by)
+    diverged_by_group: dict[tuple, list[Run]] = {}
+    for r in diverged:
+        diverged_by_group.setdefault(group_key(r, by), []).append(r)
     out_dir = out or os.path.join(paths[0], "aggregate")
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise AggregateError(f"--out {out_dir} is a file; pass a directory (it is created if missing).")
@@ -768,8 +811,13 @@ def aggregate(paths: Sequence[str], by: Sequence[str] = (), out: str | None = No
     profile_keys = sorted({(k[0], *k[2:]) for k in groups}, key=lambda k: [_value_order(str(x)) for x in k])
     color = {k: i for i, k in enumerate(profile_keys)}  # one color per agent (x --by values) in every plot
     envs = sorted({k[1] for k in groups}, key=_natural)
-    rows = [summarize_group(key, members, by, reps, seed) for key, members in groups.items()]
+    rows = [summarize_group(key, members, by, reps, seed, len(diverged_by_group.get(key, [])))
+            for key, members in groups.items()]
     notes = {key: group_notes(members, by) for key, members in groups.items()}
+    for key, members in diverged_by_group.items():
+        if key in notes:
+            notes[key].append(f"{len(members)} run(s) diverged (an evaluation return became NaN or infinite), left "
+                              f"out of the statistics: " + ", ".join(f"{r.label} at step {r.diverged_at}" for r in members))
 
     # Learning curves, one PNG per env.
     plots = []
@@ -791,38 +839,54 @@ def aggregate(paths: Sequence[str], by: Sequence[str] = (), out: str | None = No
             plot_curves(plots[-1], env, env_ids.pop() if len(env_ids) == 1 else None, curves)
 
     # Min-max normalization per env: the across-env table and the performance profile.
-    global_notes = []
+    global_notes = [f"{group_name(key[0], key[1], by, key[2:])}: all {len(members)} run(s) diverged (an evaluation "
+                    f"return became NaN or infinite), so it has no row: "
+                    + ", ".join(f"{r.label} at step {r.diverged_at}" for r in members)
+                    for key, members in diverged_by_group.items() if key not in groups]
     bounds = {}
     for env in envs:
         finals = [r.final_return for k, ms in groups.items() if k[1] == env for r in ms]
-        bounds[env] = (min(finals), max(finals))
-        if bounds[env][0] == bounds[env][1]:
-            global_notes.append(f"{env}: every run has the same final return ({_num(finals[0])}); its normalized "
-                                f"scores are all 1")
+        if min(finals) == max(finals):
+            global_notes.append(f"{env}: every run has the same final return ({_num(finals[0])}), so min-max "
+                                f"normalization is undefined there; {env} is left out of the across-env table and the "
+                                f"performance profile")
+        else:
+            bounds[env] = (min(finals), max(finals))
+    scored = [e for e in envs if e in bounds]
     across, profiles = [], []
     for pkey in profile_keys:
-        by_env = {key[1]: members for key, members in groups.items() if (key[0], *key[2:]) == pkey}
-        tasks = [minmax_normalize([r.final_return for r in by_env[e]], *bounds[e]) for e in envs if e in by_env]
+        by_env = {key[1]: members for key, members in groups.items() if (key[0], *key[2:]) == pkey and key[1] in bounds}
         label = group_name(pkey[0], None, by, pkey[1:])
-        if len(by_env) < len(envs):
-            global_notes.append(f"{label} has no runs on {', '.join(e for e in envs if e not in by_env)}: its across-env "
-                                f"numbers and profile cover {', '.join(e for e in envs if e in by_env)} only, so they "
+        if not by_env:
+            across.append([label, "0", "0", "n/a", "n/a", "n/a", "n/a"])
+            continue
+        tasks = [minmax_normalize([r.final_return for r in by_env[e]], *bounds[e]) for e in scored if e in by_env]
+        if len(by_env) < len(scored):
+            global_notes.append(f"{label} has no runs on {', '.join(e for e in scored if e not in by_env)}: its across-env "
+                                f"numbers and profile cover {', '.join(e for e in scored if e in by_env)} only, so they "
                                 f"do not compare with groups that cover more envs")
-        (m_low, i_low), (m_high, i_high) = stratified_bootstrap_ci(
-            tasks, lambda s: [aggregate_mean(s), aggregate_iqm(s)], reps, _rng(seed, "across", *pkey))
+        (m_low, i_low), (m_high, i_high) = (np.nan, np.nan), (np.nan, np.nan)
+        if any(len(t) > 1 for t in tasks):  # with one run per env the bootstrap has nothing to resample
+            (m_low, i_low), (m_high, i_high) = stratified_bootstrap_ci(
+                tasks, lambda s: [aggregate_mean(s), aggregate_iqm(s)], reps, _rng(seed, "across", *pkey))
         across.append([label, str(len(tasks)), str(sum(len(t) for t in tasks)), _num(aggregate_mean(tasks)),
                        _ci(m_low, m_high), _num(aggregate_iqm(tasks)), _ci(i_low, i_high)])
         point, low, high = performance_profile(tasks, TAUS, reps, _rng(seed, "profile", *pkey))
         profiles.append((label, color[pkey], point, low, high))
     plots.append(os.path.join(out_dir, "performance_profile.png"))
-    plot_profile(plots[-1], TAUS, profiles, len(envs))
+    plot_profile(plots[-1], TAUS, profiles, len(scored))
 
     # The notes, results.csv and results.md.
     note_lines = []
     n_incomplete = sum(not r.complete for r in runs)
     if n_incomplete:
-        note_lines.append(f"{n_incomplete} of {len(runs)} runs are incomplete (no summary.json: stopped, crashed or "
-                          f"still running); each counts with its last evaluation.")
+        note_lines.append(f"{n_incomplete} of {len(runs)} runs are incomplete (no summary.json, or one older than their "
+                          f"last evaluation: stopped, crashed, resumed or still running); each counts with its last "
+                          f"evaluation.")
+    if diverged:
+        note_lines.append(f"{len(diverged)} run(s) diverged (an evaluation return became NaN or infinite) and are left "
+                          f"out of every statistic, so the statistics describe the runs that did not diverge; the "
+                          f"tables count them as \"+k diverged\".")
     for key in groups:
         note_lines.extend(f"{group_name(key[0], key[1], by, key[2:])}: {n}" for n in notes[key])
     note_lines.extend(global_notes)

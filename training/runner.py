@@ -90,6 +90,21 @@ def _pickle_envs(envs) -> bytes | None:
         return None
 
 
+def set_aside_summary(run_dir: str) -> None:
+    """A finished run that is extended is unfinished again: its summary.json moves to
+    summary_<steps>.json, kept, and a new one is written when the run finishes. So a run that
+    stops or crashes while extended never shows a stale summary as if it had finished."""
+    path = os.path.join(run_dir, "summary.json")
+    if not os.path.exists(path):
+        return
+    try:
+        with open(path) as f:
+            steps = int(json.load(f)["steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        steps = "earlier"
+    os.replace(path, os.path.join(run_dir, f"summary_{steps}.json"))
+
+
 def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: Callable[[str], None] = print) -> dict:
     if not resume and list_checkpoints(run_dir):
         raise ConfigError(
@@ -112,6 +127,7 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
                 f"the run in {run_dir} already reached {state.step} steps (total_steps={settings.total_steps}); "
                 f"to extend it pass a larger total, e.g. total_steps={2 * state.step}."
             )
+        set_aside_summary(run_dir)
         agent.refresh_policy()
         parts.rng.bit_generator.state = saved["numpy_rng"]
         random.setstate(saved["python_rng"])
