@@ -17,7 +17,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")  # headless offscreen rendering for vi
 import sys
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from envs.factory import EnvConfigError
 from training.config import ConfigError
@@ -30,6 +30,13 @@ def main(cfg: DictConfig) -> None:
     from training.evaluation import evaluate_run
 
     try:
+        if OmegaConf.is_missing(cfg, "run_dir"):
+            raise ConfigError("no run given: pass the directory a training run wrote, e.g. "
+                              "`python evaluate.py run_dir=outputs/<date>/<time>`.")
+        for key in ("episodes", "video_episodes", "seed"):
+            if not isinstance(cfg[key], int) or isinstance(cfg[key], bool) or (key != "seed" and cfg[key] < 1):
+                raise ConfigError(f"{key} must be {'an' if key == 'seed' else 'a positive'} integer, got {cfg[key]!r}; "
+                                  f"set e.g. {key}={0 if key == 'seed' else 10}.")
         r = evaluate_run(os.path.abspath(str(cfg.run_dir)), str(cfg.checkpoint), int(cfg.episodes),
                          int(cfg.seed), bool(cfg.video), int(cfg.video_episodes), bool(cfg.export))
     except (ConfigError, EnvConfigError, CheckpointError, VideoError) as err:

@@ -176,8 +176,11 @@ def test_resume_refuses_a_finished_run_without_a_larger_total(tmp_path, referenc
 
 def test_a_new_run_never_prunes_another_runs_checkpoints(reference):
     before = sorted(os.listdir(reference / "checkpoints"))
-    proc = train(reference)
-    assert proc.returncode == 2 and "already holds checkpoints" in proc.stderr and f"resume={reference}" in proc.stderr
+    saved = {name: (reference / ".hydra" / name).read_bytes() for name in os.listdir(reference / ".hydra")}
+    proc = train(reference, "agent=ddpg")
+    assert proc.returncode == 2 and "already holds a run" in proc.stderr and f"resume={reference}" in proc.stderr
+    # refused before Hydra writes: the run's saved config, which resume and evaluate.py rebuild it from, is intact
+    assert {name: (reference / ".hydra" / name).read_bytes() for name in os.listdir(reference / ".hydra")} == saved
     assert sorted(os.listdir(reference / "checkpoints")) == before
 
 
@@ -337,6 +340,10 @@ def test_corrupt_checkpoint_is_rejected_and_left_in_place(tmp_path, reference, d
 def test_bad_run_dirs_and_foreign_checkpoints(tmp_path, reference):
     proc = evaluate(f"run_dir={tmp_path / 'nope'}")
     assert proc.returncode == 2 and "does not exist" in proc.stderr
+    for args, message in [((), "no run given"), ((f"run_dir={reference}", "episodes=abc"), "episodes must be a positive integer"),
+                          ((f"run_dir={reference}", "episodes=0"), "episodes must be a positive integer, got 0")]:
+        proc = evaluate(*args)
+        assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
     empty = tmp_path / "empty"
     shutil.copytree(reference, empty)
     shutil.rmtree(empty / "checkpoints")

@@ -66,6 +66,11 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
         (["agent=td3", "network=dueling_mlp"], "a dueling head outputs Q-values"),
         (["agent.policy_delay=0"], "agent.policy_delay must be at least 1"),
         (["network.init=xavier"], "network.init must be one of torch, keras"),
+        (["updates_per_step=abc"], "updates_per_step must be a number, got 'abc'"),
+        (["gamma=abc"], "gamma must be a number, got 'abc'"),
+        (["agent=dqn", "env=cartpole", "buffer=prioritized", "buffer.alpha=abc"], "buffer.alpha must be a number"),
+        (["seed=abc"], "seed must be an integer, got 'abc'"),
+        (["num_envs=0"], "num_envs must be a positive integer, got 0; set e.g. num_envs=1."),
     ],
 )
 def test_bad_input_gets_a_clear_message_and_nonzero_exit(tmp_path, overrides, message):

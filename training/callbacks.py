@@ -1,6 +1,7 @@
 """Hydra callbacks (configured under `hydra.callbacks` in conf/config.yaml)."""
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -37,6 +38,25 @@ class CheckSearchSpace(Callback):
                 f"config of this run does not have (agent: {config.agent._target_}). Correct the key "
                 f"(`python train.py agent=... --cfg job` prints the config), or use the preset that "
                 f"matches the agent: hydra/sweeper=optuna_dqn for DQN, hydra/sweeper=optuna_td3 for TD3 and DDPG.",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)
+
+
+class RefuseExistingRunDir(Callback):
+    """Refuse a run whose output directory already holds a run (its `.hydra/config.yaml`), before
+    Hydra writes its own config over that run's: the saved config is what resume and evaluate.py
+    rebuild the run from. `resume=auto` (the same job again, by hand or requeued) is let through."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if OmegaConf.select(config, "resume", default=None) == "auto":
+            return
+        run_dir = str(config.hydra.run.dir)
+        if os.path.exists(os.path.join(run_dir, ".hydra", "config.yaml")):
+            print(
+                f"error: hydra.run.dir={run_dir} already holds a run (its .hydra/config.yaml), and starting "
+                f"another there would overwrite that run's saved config. Continue that run with "
+                f"resume={run_dir}, or give this one a new directory.",
                 file=sys.stderr,
             )
             raise SystemExit(2)

@@ -8,17 +8,32 @@ class ConfigError(ValueError):
     """A run config that cannot work; the message says what to change."""
 
 
+EXAMPLES = {"num_envs": 1, "eval_episodes": 10, "train_every": 1, "batch_size": 256}  # else 1000
+
+
 def _positive_int(cfg: DictConfig, key: str) -> int:
     value = cfg[key]
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ConfigError(f"{key} must be a positive integer, got {value!r}; set e.g. {key}=1000.")
+        raise ConfigError(f"{key} must be a positive integer, got {value!r}; set e.g. {key}={EXAMPLES.get(key, 1000)}.")
     return value
+
+
+def _number(value, key: str) -> float:
+    """`value` as a float, or a ConfigError naming the key."""
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        return float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key} must be a number, got {value!r}.") from None
 
 
 def validate(cfg: DictConfig) -> None:
     """Raise ConfigError for settings that would fail later or silently do the wrong thing."""
+    if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool):
+        raise ConfigError(f"seed must be an integer, got {cfg.seed!r}; set e.g. seed=0.")
     total = _positive_int(cfg, "total_steps")
     batch = _positive_int(cfg, "batch_size")
     _positive_int(cfg, "eval_every")
@@ -43,13 +58,13 @@ def validate(cfg: DictConfig) -> None:
     buf = cfg.buffer
     if "n_step" in buf and (not isinstance(buf.n_step, int) or buf.n_step < 1):
         raise ConfigError(f"buffer.n_step must be an integer >= 1 (1 = one-step returns), got {buf.n_step!r}.")
-    if "alpha" in buf and float(buf.alpha) < 0:
+    if "alpha" in buf and _number(buf.alpha, "buffer.alpha") < 0:
         raise ConfigError(f"buffer.alpha must be >= 0 (0 samples uniformly), got {buf.alpha}.")
-    if "beta" in buf and not 0.0 <= float(buf.beta) <= 1.0:
+    if "beta" in buf and not 0.0 <= _number(buf.beta, "buffer.beta") <= 1.0:
         raise ConfigError(f"buffer.beta must lie in [0, 1], got {buf.beta}.")
-    if float(cfg.updates_per_step) < 0:
+    if _number(cfg.updates_per_step, "updates_per_step") < 0:
         raise ConfigError(f"updates_per_step must be >= 0, got {cfg.updates_per_step}.")
-    if not 0.0 <= float(cfg.gamma) <= 1.0:
+    if not 0.0 <= _number(cfg.gamma, "gamma") <= 1.0:
         raise ConfigError(f"gamma must lie in [0, 1], got {cfg.gamma}.")
     if not isinstance(cfg.checkpoint_every, int) or cfg.checkpoint_every < 0:
         raise ConfigError(f"checkpoint_every must be a non-negative integer (0 = only at the end), got {cfg.checkpoint_every!r}.")
