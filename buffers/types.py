@@ -30,6 +30,9 @@ class Buffer(Protocol):
         each drawn as `sample` draws one."""
     def update_priorities(self, td_error) -> None:
         """New priorities for the last sampled batch(es) from the update's TD errors (no-op if uniform)."""
+    def cut_episodes(self) -> None:
+        """Mark the newest transition of every env as the end of its episode (truncated): the envs
+        were reset between two adds, so the next add starts new episodes."""
     def __len__(self) -> int: ...
     def state_dict(self) -> dict[str, np.ndarray]: ...
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None: ...

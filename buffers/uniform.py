@@ -71,6 +71,14 @@ class UniformReplay:
         self._full = self._full or self._cursor + n >= self.capacity
         self._cursor = int((self._cursor + n) % self.capacity)
 
+    def cut_episodes(self) -> None:
+        """Mark the newest row of each env as truncated, so that n-step returns never run from an
+        episode cut off by a reset (e.g. on resume with envs that could not be saved) into the
+        next one; a truncated row bootstraps from its own next_obs, the real next observation."""
+        if len(self) and self._stride:
+            rows = (self._cursor - 1 - np.arange(self._stride)) % self.capacity
+            self._data[rows, self._cols["truncated"]] = 1.0
+
     def sample(self, batch_size: int) -> Batch:
         if len(self) == 0:
             raise ValueError("cannot sample from an empty replay buffer")

@@ -56,6 +56,17 @@ def _make(env_id: str, max_episode_steps: int | None, kwargs: dict[str, Any]) ->
         raise EnvConfigError(f"cannot make {env_id} with env.kwargs={dict(kwargs or {})}: {err}") from err
 
 
+def _make_in_worker(env_id: str, max_episode_steps: int | None, kwargs: dict[str, Any]) -> gym.Env:
+    """`_make` in an async vector env's worker process, which leaves SIGINT and SIGTERM to the
+    training process: Ctrl-C (or a cluster's SIGTERM) reaches the whole process group, and the
+    training process must stop at a checkpoint and close its workers, not lose them mid-step."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return _make(env_id, max_episode_steps, kwargs)
+
+
 def make_env(
     env_id: str,
     seed: int,
@@ -90,7 +101,8 @@ def make_vector_env(
         raise EnvConfigError(f"env.vectorization must be 'sync' or 'async', got {vectorization!r}")
     _check_known(env_id)
     # partials, not lambdas: a sync vector env stays picklable (checkpoints store it)
-    fns = [functools.partial(_make, env_id, max_episode_steps, dict(kwargs or {})) for _ in range(num_envs)]
+    make = _make if vectorization == "sync" else _make_in_worker
+    fns = [functools.partial(make, env_id, max_episode_steps, dict(kwargs or {})) for _ in range(num_envs)]
     mode = gym.vector.AutoresetMode.SAME_STEP
     cls = gym.vector.SyncVectorEnv if vectorization == "sync" else gym.vector.AsyncVectorEnv
     envs = gym.wrappers.vector.RecordEpisodeStatistics(cls(fns, autoreset_mode=mode))

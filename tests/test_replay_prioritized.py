@@ -153,3 +153,22 @@ def test_n_step_with_vector_envs_follows_each_env_and_wraps():
     np.testing.assert_allclose(reward, [1 + G * 2, 101 + G * 102, 3])
     np.testing.assert_allclose(next_obs, [2.5, 102.5, 3.5])
     np.testing.assert_allclose(discount, [G**2, G**2, G])
+
+
+@pytest.mark.parametrize("cls", [UniformReplay, PrioritizedReplay])
+def test_cut_episodes_ends_every_envs_window_at_its_newest_row(cls):
+    """Envs reset between two adds (resume with envs that could not be saved): an n-step window
+    must not run from the cut episode into the new one."""
+    buf = cls(20, 1, 1, G, np.random.default_rng(0), n_step=3)
+    for t in range(3):
+        buf.add([[t], [100 + t]], [[0], [0]], [t, 100 + t], [[t + 0.5], [100 + t + 0.5]], [False, False], [False, False])
+    buf.cut_episodes()
+    for t in range(50, 52):  # the new episodes
+        buf.add([[t], [100 + t]], [[0], [0]], [t, 100 + t], [[t + 0.5], [100 + t + 0.5]], [False, False], [False, False])
+    obs = buf.field("obs")[:, 0]
+    row = {int(o): i for i, o in enumerate(obs)}
+    reward, next_obs, discount = n_step_of(buf, [row[1], row[101], row[2], row[50]])
+    np.testing.assert_allclose(reward, [1 + G * 2, 101 + G * 102, 2, 50 + G * 51])
+    np.testing.assert_allclose(next_obs, [2.5, 102.5, 2.5, 51.5])  # bootstrap from the cut episode's last obs
+    np.testing.assert_allclose(discount, [G**2, G**2, G, G**2])
+    np.testing.assert_array_equal(buf.field("truncated"), [0, 0, 0, 0, 1, 1, 0, 0, 0, 0])

@@ -109,6 +109,29 @@ def long_reference(tmp_path_factory):
     return run_dir
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_the_process_group_stops_async_envs_at_a_checkpoint(tmp_path, sig):
+    """Ctrl-C in a terminal (or a cluster's SIGTERM) reaches the env workers too: the run must still
+    stop at a checkpoint and say how to resume, not die in a worker's KeyboardInterrupt."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *RUN, LONG, "num_envs=2", "vectorization=async"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    deadline = time.time() + 300
+    while time.time() < deadline and not glob.glob(str(run_dir / "checkpoints" / "step_0000000200")):
+        time.sleep(0.1)
+    time.sleep(0.3)
+    assert proc.poll() is None, "run finished before it could be interrupted"
+    os.killpg(proc.pid, sig)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + sig, err[-3000:]
+    assert f"stopped by {signal.Signals(sig).name}" in out and f"resume={run_dir}" in out
+    assert "Traceback" not in err
+    steps = sorted(int(os.path.basename(p)[5:]) for p in glob.glob(str(run_dir / "checkpoints" / "step_*")))
+    assert steps[-1] > 200  # the stop checkpoint, past the periodic one
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_resume_after_kill_reproduces_the_uninterrupted_run(tmp_path, long_reference, sig):
     reference = long_reference

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import random
 import signal
 import threading
@@ -16,6 +15,7 @@ from typing import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
+from envs.state import dump_envs, load_envs
 from training.builder import build_run, loop_settings
 from training.checkpoints import Checkpointer, list_checkpoints, resolve_checkpoint
 from training.config import ConfigError
@@ -83,13 +83,6 @@ def run_identity(cfg: DictConfig, run_dir: str) -> dict:
     }
 
 
-def _pickle_envs(envs) -> bytes | None:
-    try:
-        return pickle.dumps(envs)
-    except Exception:  # async envs live in subprocesses: resume resets them instead
-        return None
-
-
 def set_aside_summary(run_dir: str) -> None:
     """A finished run that is extended is unfinished again: its summary.json moves to
     summary_<steps>.json, kept, and a new one is written when the run finishes. So a run that
@@ -137,10 +130,11 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
             console(f"warning: {path} holds no replay buffer (save_buffer=false); resuming with an empty one.")
         if saved["envs"] is not None:
             parts.envs.close()
-            parts.envs = pickle.loads(saved["envs"])
+            parts.envs = load_envs(saved["envs"])
         else:
             console("warning: the training envs could not be saved (async vectorization); they restart from a fresh reset.")
             state.obs, _ = parts.envs.reset(seed=int(cfg.seed) + state.step)
+            parts.buffer.cut_episodes()  # the episodes under way end at the reset
         csv_logger.truncate("train", max_step=state.step)
         csv_logger.truncate("update", max_step=state.step)
         csv_logger.truncate("eval", max_rows=len(state.evals))
@@ -163,7 +157,7 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
             "loop": st,
             "numpy_rng": parts.rng.bit_generator.state,
             "python_rng": random.getstate(),
-            "envs": _pickle_envs(parts.envs),
+            "envs": dump_envs(parts.envs),
         }
         buffer_state = parts.buffer.state_dict() if cfg.save_buffer and kind != "best" else None
         checkpointer.save(st.step, saved, buffer_state, best=(kind == "best"))
