@@ -157,6 +157,17 @@ def test_a_run_driven_from_inside_the_graph_equals_the_run_driven_from_python(ma
         assert driven["agent"]._drive_fn.experimental_get_tracing_count() == 1  # traced once per run
 
 
+@pytest.mark.parametrize("steps_per_call", ["0", "1000"])
+def test_a_stop_request_at_the_last_step_lets_the_run_finish(make_cfg, steps_per_call):
+    """A signal that lands in the loop's last iteration must not leave a run stopped at
+    total_steps, without its final evaluation, that resume then refuses as already finished."""
+    cfg = make_cfg(*COMMON[:-1], "eval_every=240", f"steps_per_call={steps_per_call}")
+    result = run_recorded(cfg, stop_at=480)
+    assert result["summary"]["stopped"] is False and result["summary"]["steps"] == 480
+    assert result["checkpoints"][-1] == (480, "final")
+    assert [step for kind, step, _ in result["rows"] if kind == "eval"] == [0, 240, 480]
+
+
 def test_a_driven_call_returns_within_steps_per_call_env_steps(make_cfg):
     # no event for the whole run: only steps_per_call ends a call (and bounds a stop signal's wait)
     cfg = make_cfg("agent=dqn", "env=cartpole", "total_steps=1300", "learning_starts=300", "eval_every=100000",

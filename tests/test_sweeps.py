@@ -199,9 +199,15 @@ def test_resume_auto_starts_a_fresh_run_and_continues_an_existing_one(tmp_path):
                "learning_starts=200", "eval_every=150", "eval_episodes=1", "progress=false", *overrides]
         return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
+    # the records of an attempt killed before its first checkpoint: the fresh start logs these steps again
+    (tmp_path / "eval.csv").write_text("step,return_mean\n0,-1.0\n150,-2.0\n")
+    (tmp_path / "train.csv").write_text("step,episode_return,episode_length\n200,-3.0,200\n")
     first = run()
     assert first.returncode == 0, first.stderr[-3000:]
     assert "resumed" not in first.stdout
+    assert [int(r["step"]) for r in read_csv(tmp_path / "eval.csv")] == [0, 150, 300]  # no stale rows
+    assert [int(r["step"]) for r in read_csv(tmp_path / "train.csv")] == [200]
+    assert "-3.0" not in (tmp_path / "train.csv").read_text()
     second = run("total_steps=450")
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resumed" in second.stdout and "at step 300" in second.stdout

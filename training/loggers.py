@@ -22,18 +22,27 @@ class CSVLogger:
         self._files: dict[str, tuple] = {}
 
     def _open(self, kind: str, fields: list[str]):
+        """Open `kind`.csv for appending, with a header that holds `fields`. A file that lacks
+        some of them is rewritten with the wider header into a temporary file that then replaces
+        it, so a kill at any moment leaves the old file or the new one, never a part of either."""
         path = os.path.join(self.run_dir, f"{kind}.csv")
-        rows: list[dict] = []
+        header: list[str] = []
         if os.path.exists(path) and os.path.getsize(path) > 0:
             with open(path, newline="") as f:
-                reader = csv.DictReader(f)
-                rows = list(reader)
-                fields = list(reader.fieldnames or []) + [k for k in fields if k not in (reader.fieldnames or [])]
-        f = open(path, "w", newline="")
-        writer = csv.DictWriter(f, fieldnames=fields, restval="")
-        writer.writeheader()
-        writer.writerows(rows)
-        self._files[kind] = (f, writer)
+                header = list(csv.DictReader(f).fieldnames or [])
+        if not header or not set(fields) <= set(header):
+            rows: list[dict] = []
+            if header:
+                with open(path, newline="") as f:
+                    rows = list(csv.DictReader(f))
+            header = header + [k for k in fields if k not in header]
+            with open(f"{path}.tmp", "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=header, restval="")
+                writer.writeheader()
+                writer.writerows(rows)
+            os.replace(f"{path}.tmp", path)
+        f = open(path, "a", newline="")
+        self._files[kind] = (f, csv.DictWriter(f, fieldnames=header, restval=""))
 
     def log(self, kind: str, step: int, metrics: dict[str, float]) -> None:
         fields = ["step", *metrics]

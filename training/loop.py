@@ -217,7 +217,7 @@ def train(
             t_log, step_log = now, st.step
             st.next_log += s.log_every
 
-        if hooks.stop_requested():
+        if hooks.stop_requested() and st.step < s.total_steps:  # at the end, finish: eval, summary
             stopped = True
             break
         if 0 < st.next_checkpoint <= st.step and st.step < s.total_steps:

@@ -115,7 +115,7 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
         path = resolve_checkpoint(run_dir, "latest")
         saved, buffer_state = checkpointer.restore(path, with_buffer=True)
         state = saved["loop"]
-        if state.step >= settings.total_steps:
+        if state.step >= settings.total_steps and os.path.exists(os.path.join(run_dir, "summary.json")):
             raise ConfigError(
                 f"the run in {run_dir} already reached {state.step} steps (total_steps={settings.total_steps}); "
                 f"to extend it pass a larger total, e.g. total_steps={2 * state.step}."
@@ -163,6 +163,10 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
         checkpointer.save(st.step, saved, buffer_state, best=(kind == "best"))
 
     if state is None:
+        # A fresh start; in a directory that has records but no checkpoint (resume=auto after an
+        # attempt killed before its first one), those records are of steps this run logs again.
+        for kind in ("train", "update", "eval"):
+            csv_logger.truncate(kind, max_rows=0)
         state = initial_state(parts.envs, settings)
     try:
         with StopSignal() as stop:
@@ -172,7 +176,8 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
     finally:
         logger.close()
         parts.close()
-    stop.hand_over()
+    if summary["stopped"]:  # a signal at the very end found the run finished: nothing to hand over
+        stop.hand_over()
     summary["run_dir"] = run_dir
     summary.update(run_identity(cfg, run_dir))
     if not summary["stopped"]:
