@@ -38,10 +38,30 @@ def _console(line: str) -> None:
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float:
+    logging.getLogger("absl").setLevel(logging.WARNING)  # TF's checkpoint INFO lines
+    run_dir = hydra_dir = HydraConfig.get().runtime.output_dir
+    try:
+        return _train(cfg, run_dir)
+    finally:
+        _remove_if_empty(hydra_dir)
+
+
+def _remove_if_empty(path: str) -> None:
+    """Remove a single run's directory that Hydra made and nothing used: a command refused before
+    training, or resume (which continues in the run's own directory). It holds only .hydra/ and an
+    empty train.log; anything else in it is kept."""
+    import shutil
+
+    if HydraConfig.get().mode.name != "RUN" or not os.path.isdir(path):
+        return
+    log = os.path.join(path, "train.log")
+    if set(os.listdir(path)) <= {".hydra", "train.log"} and (not os.path.exists(log) or os.path.getsize(log) == 0):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _train(cfg: DictConfig, run_dir: str) -> float:
     from training.checkpoints import CheckpointError, list_checkpoints
 
-    logging.getLogger("absl").setLevel(logging.WARNING)  # TF's checkpoint INFO lines
-    run_dir = HydraConfig.get().runtime.output_dir
     try:
         if cfg.resume == "auto" or (cfg.resume is None and _submitit_job()):
             # The same job again (requeued by the cluster, or rerun with resume=auto): continue

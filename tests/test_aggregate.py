@@ -306,6 +306,16 @@ def test_an_env_where_every_run_scores_the_same_is_left_out_across_envs(tmp_path
     assert "| ddpg | 1 | 2 | 0.125 |" in across and "| td3 | 1 | 2 | 0.750 |" in across
 
 
+def test_a_run_with_env_id_set_on_the_command_line_goes_by_that_id(tmp_path):
+    root = str(tmp_path / "sweep")
+    for seed in (0, 1):  # the pendulum group supplied the defaults, env.id named the env
+        make_run(os.path.join(root, str(seed)), "td3", "pendulum", seed, (0.0, 10.0 * seed),
+                 env_id="MountainCarContinuous-v0", overrides=["env.id=MountainCarContinuous-v0"])
+    make_run(os.path.join(root, "2"), "td3", "pendulum", 0, (0.0, 5.0))
+    report = aggregate([root], reps=50)
+    assert [(r["env"], r["n_runs"]) for r in report.rows] == [("MountainCarContinuous-v0", 2), ("pendulum", 1)]
+
+
 def test_by_keys_from_choices_overrides_and_config(tmp_path):
     root = str(tmp_path / "sweep")
     # td3 on pendulum, 2 buffers x 2 tau values x 2 seeds; tau set on the command line for half of them

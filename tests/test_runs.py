@@ -210,7 +210,8 @@ def test_a_new_run_never_prunes_another_runs_checkpoints(reference):
 def test_resume_extends_a_finished_run(tmp_path, reference):
     run_dir = tmp_path / "extended"
     shutil.copytree(reference, run_dir)
-    proc = resume(run_dir, "total_steps=800")
+    proc = resume(run_dir, "total_steps=800", f"hydra.run.dir={tmp_path / 'hydra_dir'}")
+    assert not (tmp_path / "hydra_dir").exists()  # resume continues in the run's dir: Hydra's own is removed
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert [int(r["step"]) for r in read_csv(run_dir / "eval.csv")] == [0, 200, 400, 600, 800]
     assert json.loads((run_dir / "summary.json").read_text())["steps"] == 800

@@ -74,10 +74,11 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
     ],
 )
 def test_bad_input_gets_a_clear_message_and_nonzero_exit(tmp_path, overrides, message):
-    proc = train(tmp_path, *overrides)
+    proc = train(tmp_path / "run", *overrides)
     assert proc.returncode != 0
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
+    assert not (tmp_path / "run").exists()  # a refused command leaves no run directory behind
 
 
 def test_unknown_group_option_names_the_choices(tmp_path):

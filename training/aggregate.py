@@ -70,7 +70,7 @@ from typing import Callable, Sequence
 import numpy as np
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from training.resume import hydra_record
+from training.resume import env_label, hydra_record
 
 CONFIDENCE = 0.95
 DEFAULT_REPS = 10000  # bootstrap replicates (rliable: 50000)
@@ -386,7 +386,8 @@ def load_run(path: str) -> Run | Skipped:
     env_id = None if env_id is _MISSING else str(env_id)
     summary = summary if isinstance(summary, dict) else None
     agent = choices.get("agent") or (summary or {}).get("agent") or (target.rsplit(".", 1)[-1].lower() if target else "unknown")
-    env = choices.get("env") or (summary or {}).get("env") or env_id or "unknown"
+    env = env_label(choices, env_id, override_lines) if choices else None
+    env = env or (summary or {}).get("env") or env_id or "unknown"
     seed = _select(cfg, "seed")
     try:
         seed = int(seed)

@@ -34,6 +34,14 @@ def hydra_record(run_dir: str) -> tuple[dict, list[str]]:
     return choices, overrides
 
 
+def env_label(choices: dict, env_id: str | None, overrides: list[str]) -> str | None:
+    """The name a run's env goes by: its env config group choice (pendulum, ant, ...), unless the
+    command line set `env.id`, when the group only supplied defaults and the id names the env."""
+    if any(o.lstrip("+~").split("=", 1)[0] == "env.id" for o in overrides):
+        return env_id
+    return choices.get("env") or env_id
+
+
 def resume_config(run_dir: str, overrides: list[str]) -> DictConfig:
     """The saved config with the command line's `total_steps`/`progress`/`logger.*`/`wandb.*`
     applied; any other override is refused, since a resumed run continues the same experiment."""

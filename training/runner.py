@@ -21,7 +21,7 @@ from training.checkpoints import Checkpointer, list_checkpoints, resolve_checkpo
 from training.config import ConfigError
 from training.loggers import ConsoleLogger, CSVLogger, MultiLogger, TensorBoardLogger, WandbLogger
 from training.loop import LoopHooks, LoopState, initial_state, train
-from training.resume import hydra_record
+from training.resume import env_label, hydra_record
 
 
 class StopSignal:
@@ -76,7 +76,7 @@ def run_identity(cfg: DictConfig, run_dir: str) -> dict:
     choices, overrides = hydra_record(run_dir)
     return {
         "agent": choices.get("agent") or cfg.agent._target_.rsplit(".", 1)[-1].lower(),
-        "env": choices.get("env") or cfg.env.id,
+        "env": env_label(choices, cfg.env.id, overrides),
         "env_id": cfg.env.id,
         "seed": int(cfg.seed),
         "overrides": [o for o in overrides if not o.startswith(("resume=", "hydra."))],
