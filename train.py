@@ -24,7 +24,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from envs.factory import EnvConfigError
-from training.config import ConfigError, validate
+from training.config import ConfigError, validate, warnings
 from training.plugins import missing_plugin
 from training.resume import resume_config
 
@@ -75,6 +75,8 @@ def _train(cfg: DictConfig, run_dir: str) -> float:
             resume = False
         OmegaConf.resolve(cfg)
         validate(cfg)  # before TensorFlow loads, so a typo fails in a second
+        for warning in warnings(cfg):
+            print(f"warning: {warning}", file=sys.stderr)
         from training.runner import run_training
 
         summary = run_training(cfg, run_dir, resume=resume, console=_console)

@@ -98,7 +98,7 @@ def make_vector_env(
     if num_envs < 1:
         raise EnvConfigError(f"num_envs must be at least 1, got {num_envs}")
     if vectorization not in ("sync", "async"):
-        raise EnvConfigError(f"env.vectorization must be 'sync' or 'async', got {vectorization!r}")
+        raise EnvConfigError(f"vectorization must be sync or async, got {vectorization!r}; set vectorization=sync.")
     _check_known(env_id)
     # partials, not lambdas: a sync vector env stays picklable (checkpoints store it)
     make = _make if vectorization == "sync" else _make_in_worker

@@ -42,7 +42,7 @@ class GridworldEnv(gym.Env):
 
     def __init__(self, mode: str = "static", size: int = 4, noise: float = 0.1, render_mode: str | None = None):
         if mode not in MODES:
-            raise ValueError(f"Gridworld mode must be one of {', '.join(MODES)}, got {mode!r}; set env.kwargs.mode=static|player|random.")
+            raise ValueError(f"Gridworld mode must be one of {', '.join(MODES)}, got {mode!r}; set env.mode=static|player|random.")
         if not isinstance(size, (int, np.integer)) or size < 4:
             raise ValueError(f"Gridworld size must be an integer >= 4 (the static layout needs a 4x4 board), got {size!r}; set env.kwargs.size=4.")
         if noise < 0:

@@ -67,5 +67,8 @@ def record_videos(policy: Callable[[np.ndarray], np.ndarray], env_id: str, seed:
     finally:
         proc.join(timeout=60)
     if "error" in msg:
-        raise VideoError(f"could not record a video of {env_id}: {msg['error']}")
+        error = str(msg["error"])
+        if "pygame" in error:  # gymnasium's hint says pip; classic control renders with pygame
+            error = "pygame is not installed (classic-control envs render with it): `uv pip install pygame`"
+        raise VideoError(f"could not record a video of {env_id}: {error}")
     return msg

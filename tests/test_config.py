@@ -74,3 +74,11 @@ def test_tuned_presets_apply_to_their_pair_only_and_yield_to_the_command_line(ma
     assert make_cfg("agent=dqn", "env=gridworld").gamma == 0.9
     assert make_cfg("agent=td3", "env=pendulum").batch_size == 256
     assert make_cfg("agent=dqn", "env=gridworld", "env.mode=random").env.kwargs.mode == "random"
+
+
+def test_warnings_name_settings_that_run_but_never_learn(make_cfg):
+    from training.config import warnings
+
+    assert warnings(make_cfg()) == []
+    assert warnings(make_cfg("updates_per_step=0")) == [
+        "updates_per_step=0: the agent never updates, so it collects data and never learns."]

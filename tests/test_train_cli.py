@@ -70,6 +70,9 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
         (["gamma=abc"], "gamma must be a number, got 'abc'"),
         (["agent=dqn", "env=cartpole", "buffer=prioritized", "buffer.alpha=abc"], "buffer.alpha must be a number"),
         (["seed=abc"], "seed must be an integer, got 'abc'"),
+        (["+network.hiden=[64]"], "network.hiden: not a setting of networks.mlp.mlp, whose settings are"),
+        (["+agent.lr=0.001"], "agent.lr: not a setting of agents.td3.TD3, whose settings are"),
+        (["vectorization=threads"], "vectorization must be sync or async, got 'threads'; set vectorization=sync."),
         (["num_envs=0"], "num_envs must be a positive integer, got 0; set e.g. num_envs=1."),
     ],
 )

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 from hydra.errors import InstantiationException
-from hydra.utils import get_class, instantiate
+from hydra.utils import get_class, get_object, instantiate
 from omegaconf import DictConfig
 
 from agents.base import Agent
@@ -47,12 +47,34 @@ def build_agent(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, 
             f"{cfg.env.id} has observations of shape {obs_space.shape}; the MLP networks need flat "
             f"vectors. Flatten them with a wrapper or pick an env with vector observations."
         )
+    check_settings(cfg.network, "network")
+    check_settings(cfg.agent, "agent")
     kwargs: dict = {"obs_dim": int(obs_space.shape[0]), "network": instantiate(cfg.network), "rng": rng}
     if isinstance(action_space, gym.spaces.Box):
         kwargs.update(action_low=action_space.low, action_high=action_space.high)
     else:
         kwargs.update(num_actions=int(action_space.n))
     return _instantiate(cfg.agent, f"{cfg.agent._target_} with network {cfg.network._target_}", **kwargs)
+
+
+def check_settings(node: DictConfig, group: str) -> None:
+    """Refuse a key that the group's constructor does not take (a typo such as network.hiden, or a
+    key added with `+` as Hydra suggests for one), naming the settings it has, before building."""
+    import inspect
+
+    try:
+        params = inspect.signature(get_object(node._target_)).parameters
+    except Exception:  # not importable or no signature: instantiate reports it
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    unknown = [str(k) for k in node if not str(k).startswith("_") and k not in params]
+    if unknown:
+        settings = ", ".join(p for p in params if p != "self")
+        raise ConfigError(
+            f"{', '.join(f'{group}.{k}' for k in unknown)}: not a setting of {node._target_}, whose settings are "
+            f"{settings}. Correct the key (`python train.py --cfg job` prints the composed config)."
+        )
 
 
 def _instantiate(node: DictConfig, what: str, **kwargs):
@@ -92,6 +114,7 @@ def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
     obs_space, action_space = envs.single_observation_space, envs.single_action_space
     agent = build_agent(cfg, obs_space, action_space, rng)
     discrete = isinstance(action_space, gym.spaces.Discrete)
+    check_settings(cfg.buffer, "buffer")
     buffer = _instantiate(
         cfg.buffer,
         cfg.buffer._target_,

@@ -30,6 +30,14 @@ def _number(value, key: str) -> float:
         raise ConfigError(f"{key} must be a number, got {value!r}.") from None
 
 
+def warnings(cfg: DictConfig) -> list[str]:
+    """Settings that run but are probably not what was meant."""
+    found = []
+    if _number(cfg.updates_per_step, "updates_per_step") == 0:
+        found.append("updates_per_step=0: the agent never updates, so it collects data and never learns.")
+    return found
+
+
 def validate(cfg: DictConfig) -> None:
     """Raise ConfigError for settings that would fail later or silently do the wrong thing."""
     if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool):
@@ -83,5 +91,7 @@ def validate(cfg: DictConfig) -> None:
             raise ConfigError(f"tf_threads.{name} must be {choices}, got {value!r}.")
     if not isinstance(cfg.checkpoint_keep, int) or cfg.checkpoint_keep < 1:
         raise ConfigError(f"checkpoint_keep must be a positive integer, got {cfg.checkpoint_keep!r}.")
+    if cfg.get("vectorization", "sync") not in ("sync", "async"):
+        raise ConfigError(f"vectorization must be sync or async, got {cfg.vectorization!r}; set vectorization=sync.")
     if cfg.compile not in ("eager", "graph", "xla"):
         raise ConfigError(f"compile must be eager, graph or xla, got {cfg.compile!r}.")
