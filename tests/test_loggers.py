@@ -1,4 +1,5 @@
-"""CSV records: rows appended, a new column widens the file by replacing it whole."""
+"""What a run writes as it goes: CSV records (appended; a new column widens the file by replacing
+it whole) and the pruning of old checkpoints."""
 import csv
 import os
 
@@ -30,3 +31,18 @@ def test_csv_appends_and_widens_by_replacing_the_file(tmp_path):
     again.close()
     assert rows(path)[-1] == {"step": "400", "updates": "150", "critic_loss": "0.25"}
     assert len(rows(path)) == 4
+
+
+def test_prune_keeps_the_newest_and_clears_what_a_killed_prune_left(tmp_path):
+    from training.checkpoints import Checkpointer, list_checkpoints
+
+    root = tmp_path / "checkpoints"
+    for name, complete in [("step_0000000100", True), ("step_0000000200", False), ("step_0000000050.pruned", False),
+                           ("step_0000000300", True), ("step_0000000400", True), ("best", True)]:
+        (root / name).mkdir(parents=True)
+        (root / name / "agent.index").write_text("x")
+        if complete:
+            (root / name / "meta.json").write_text("{}")
+    Checkpointer(str(tmp_path), {}, keep=2)._prune()
+    assert sorted(os.listdir(root)) == ["best", "step_0000000300", "step_0000000400"]
+    assert sorted(list_checkpoints(str(tmp_path))) == [300, 400]

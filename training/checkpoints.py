@@ -137,9 +137,23 @@ class Checkpointer:
         return final
 
     def _prune(self) -> None:
+        """Delete all but the newest `keep` periodic checkpoints. Each is renamed out of the
+        checkpoint names first, so a kill mid-delete leaves no half-deleted checkpoint (a step
+        directory without meta.json, which nothing would list or prune again); leftovers of an
+        earlier killed prune go too."""
         steps = sorted(list_checkpoints(os.path.dirname(self.root)))
-        for step in steps[: -self.keep]:
-            shutil.rmtree(os.path.join(self.root, f"step_{step:010d}"), ignore_errors=True)
+        doomed = [f"step_{step:010d}" for step in steps[: -self.keep]]
+        for name in os.listdir(self.root):
+            complete = os.path.exists(os.path.join(self.root, name, "meta.json"))
+            if name.endswith(".pruned") or (STEP_DIR.match(name) and not complete):
+                doomed.append(name)
+        for name in doomed:
+            path = os.path.join(self.root, name)
+            if not name.endswith(".pruned"):
+                shutil.rmtree(f"{path}.pruned", ignore_errors=True)
+                os.replace(path, f"{path}.pruned")
+                path = f"{path}.pruned"
+            shutil.rmtree(path, ignore_errors=True)
 
     # --- reading ------------------------------------------------------------------------
     def restore(self, path: str, with_buffer: bool = True, agent_only: bool = False) -> tuple[dict, dict | None]:
