@@ -70,6 +70,15 @@ def test_cold_step_times_the_env_step_in_each_condition():
     assert all(float(r[2]) > 0 and float(r[3]) > 0 for r in rows)
 
 
+def test_bootstrap_noise_reports_each_number_of_replicates():
+    cmd = [sys.executable, "benchmarks/bootstrap_noise.py", "--reps", "50", "200", "--seeds", "3"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| ") and "reps" not in line]
+    assert [int(r[0]) for r in rows] == [50, 200]
+    assert all(float(x) > 0 for r in rows for x in [*r[1].split(","), *r[2].split(","), r[3]])
+
+
 def test_throughput_can_time_the_update_alone(tmp_path):
     """`bench.only=update` (compare_sb3.py --updates) times sampling and the update, one per call and
     fused, and nothing of the loop; an unknown `bench.only` is refused with the choices."""

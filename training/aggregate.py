@@ -19,8 +19,8 @@ Statistics (all over runs, never over the episodes inside one evaluation):
   resamples the runs of every task (stratum) with replacement, independently per task, and
   recomputes the statistic; the interval is the 2.5th and 97.5th percentile of the replicates
   (rliable uses 50000 replicates; the default here is 10000, `--reps`, with which an endpoint moves
-  by under 1% of the interval's width from one `--seed` to another (standard deviation over 10
-  seeds, 10 runs); pass `--reps 50000` for numbers to publish). A row of the table is a
+  by under 1% of the interval's width from one `--seed` to another, against up to 2% at 2000
+  (`benchmarks/bootstrap_noise.py`); pass `--reps 50000` for numbers to publish). A row of the table is a
   single task, so its CI is the plain bootstrap over that group's runs. Each interval draws from its
   own generator seeded with (`--seed`, a hash of what it estimates), so the output is reproducible
   and one group's interval does not change when other runs join the aggregation.
