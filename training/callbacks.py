@@ -53,10 +53,12 @@ class RefuseExistingRunDir(Callback):
             return
         run_dir = str(config.hydra.run.dir)
         if os.path.exists(os.path.join(run_dir, ".hydra", "config.yaml")):
+            fix = (f"drop hydra.run.dir: resume={config.resume} continues in the run's own directory"
+                   if OmegaConf.select(config, "resume", default=None) is not None
+                   else f"continue that run with resume={run_dir}, or give this one a new directory")
             print(
                 f"error: hydra.run.dir={run_dir} already holds a run (its .hydra/config.yaml), and starting "
-                f"another there would overwrite that run's saved config. Continue that run with "
-                f"resume={run_dir}, or give this one a new directory.",
+                f"another there would overwrite that run's saved config; {fix}.",
                 file=sys.stderr,
             )
             raise SystemExit(2)
