@@ -49,12 +49,12 @@ class RefuseExistingRunDir(Callback):
     rebuild the run from. `resume=auto` (the same job again, by hand or requeued) is let through."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if OmegaConf.select(config, "resume", default=None) == "auto":
+        resume = OmegaConf.select(config, "resume", default=None)
+        if resume == "auto":
             return
         run_dir = str(config.hydra.run.dir)
         if os.path.exists(os.path.join(run_dir, ".hydra", "config.yaml")):
-            fix = (f"drop hydra.run.dir: resume={config.resume} continues in the run's own directory"
-                   if OmegaConf.select(config, "resume", default=None) is not None
+            fix = (f"drop hydra.run.dir: resume={resume} continues in the run's own directory" if resume is not None
                    else f"continue that run with resume={run_dir}, or give this one a new directory")
             print(
                 f"error: hydra.run.dir={run_dir} already holds a run (its .hydra/config.yaml), and starting "
