@@ -117,6 +117,36 @@ def adam(learning_rate: float) -> keras.optimizers.Adam:
     return keras.optimizers.Adam(learning_rate=learning_rate, epsilon=1e-8)
 
 
+def check_shards(batch_shards: int) -> int:
+    if isinstance(batch_shards, bool) or not isinstance(batch_shards, (int, np.integer)) or batch_shards < 1:
+        raise ValueError(f"batch_shards must be a positive integer, got {batch_shards!r}")
+    return int(batch_shards)
+
+
+def split(x: tf.Tensor, n: int) -> list[tf.Tensor]:
+    """`x` cut into `n` equal parts along its first axis (n = 1: `[x]`, no op)."""
+    return [x] if n == 1 else tf.split(x, n)
+
+
+def shard_batch(batch: Batch, n: int) -> list[Batch]:
+    """A batch cut into `n` equal shards (`batch_shards`). An update that runs its forward and
+    backward passes shard by shard and averages the shards' mean losses has the full batch's loss
+    and gradients (up to float summation order), but each shard's ops form a chain of their own,
+    which graph mode's inter-op threads run side by side, one per core, instead of splitting every
+    matmul across the cores."""
+    return [batch] if n == 1 else [Batch(*parts) for parts in zip(*(tf.split(x, n) for x in batch))]
+
+
+def shard_mean(values: list[tf.Tensor]) -> tf.Tensor:
+    """The full batch's mean from the equal shards' means."""
+    return values[0] if len(values) == 1 else tf.add_n(values) / len(values)
+
+
+def unshard(values: list[tf.Tensor]) -> tf.Tensor:
+    """Per-sample values of the shards, back in the batch's order."""
+    return values[0] if len(values) == 1 else tf.concat(values, axis=0)
+
+
 def tf_seed(rng: np.random.Generator) -> int:
     """Draw a seed for TensorFlow's in-graph generator from the run's numpy generator."""
     return int(rng.integers(0, 2**31 - 1))
@@ -339,8 +369,10 @@ class DeterministicActorAgent(CompiledAgent):
         exploration_noise: float,
         compile: str,
         fast_act: bool = True,
+        batch_shards: int = 1,
     ):
         self.obs_dim = int(obs_dim)
+        self.batch_shards = check_shards(batch_shards)
         self._low_np = np.asarray(action_low, dtype=np.float32)
         self._high_np = np.asarray(action_high, dtype=np.float32)
         self.action_dim = int(self._low_np.shape[0])

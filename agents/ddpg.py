@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from agents import losses
-from agents.base import DeterministicActorAgent, adam
+from agents.base import DeterministicActorAgent, adam, shard_batch, shard_mean, unshard
 from buffers.types import Batch
 
 
@@ -33,10 +33,11 @@ class DDPG(DeterministicActorAgent):
         exploration_noise: float = 0.1,
         compile: str = "graph",
         fast_act: bool = True,
+        batch_shards: int = 1,
     ):
         super().__init__(
             obs_dim, action_low, action_high, network, rng, actor_lr, exploration_noise, compile,
-            fast_act,
+            fast_act, batch_shards,
         )
         self.tau = float(tau)
         critic_in = self.obs_dim + self.action_dim
@@ -51,12 +52,15 @@ class DDPG(DeterministicActorAgent):
 
     def _update(self, batch: Batch) -> dict[str, tf.Tensor]:
         self.updates.assign_add(1)
-        next_q = self._q(self.critic_target, batch.next_obs, self._target_policy(batch.next_obs))
-        target = losses.td_target(batch.reward, batch.discount, next_q)
+        shards = shard_batch(batch, self.batch_shards)
+        targets = [
+            losses.td_target(s.reward, s.discount, self._q(self.critic_target, s.next_obs, self._target_policy(s.next_obs)))
+            for s in shards
+        ]
         critic_vars = self.critic.trainable_variables
         with tf.GradientTape() as tape:
-            q = self._q(self.critic, batch.obs, batch.action)
-            critic_loss = losses.mse(q, target, batch.weight)
+            q = [self._q(self.critic, s.obs, s.action) for s in shards]
+            critic_loss = shard_mean([losses.mse(qs, t, s.weight) for qs, t, s in zip(q, targets, shards)])
             penalty = tf.add_n(self.critic.losses) if self.critic.losses else tf.constant(0.0)
             total = critic_loss + penalty
         grads = tape.gradient(total, critic_vars)
@@ -64,12 +68,13 @@ class DDPG(DeterministicActorAgent):
 
         actor_vars = self.actor.trainable_variables
         with tf.GradientTape() as tape:
-            actor_loss = losses.deterministic_actor_loss(
-                self._q(self.critic, batch.obs, self._policy(batch.obs))
-            )
+            actor_loss = shard_mean([
+                losses.deterministic_actor_loss(self._q(self.critic, s.obs, self._policy(s.obs))) for s in shards
+            ])
         grads = tape.gradient(actor_loss, actor_vars)
         self.actor_optimizer.apply_gradients(zip(grads, actor_vars))
         losses.soft_update(self._target_vars, self._online_vars, self.tau)
+        q, target = unshard(q), unshard(targets)
         return {
             "critic_loss": critic_loss,
             "actor_loss": actor_loss,

@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from agents import losses
-from agents.base import CompiledAgent, adam
+from agents.base import CompiledAgent, adam, check_shards, shard_batch, shard_mean, unshard
 from buffers.types import Batch
 
 
@@ -53,6 +53,7 @@ class DQN(CompiledAgent):
         eps_decay_steps: int = 10000,
         compile: str = "graph",
         fast_act: bool = True,
+        batch_shards: int = 1,
     ):
         if loss not in ("huber", "mse"):
             raise ValueError(f"agent.loss must be huber or mse, got {loss!r}")
@@ -68,6 +69,7 @@ class DQN(CompiledAgent):
         self.max_grad_norm = max_grad_norm
         self.eps_start, self.eps_end, self.eps_decay_steps = float(eps_start), float(eps_end), int(eps_decay_steps)
         self._rng = rng
+        self.batch_shards = check_shards(batch_shards)
 
         self.q = network(self.obs_dim, self.num_actions, name="q")
         self.q_target = network(self.obs_dim, self.num_actions, name="q_target")
@@ -101,14 +103,13 @@ class DQN(CompiledAgent):
 
     def _update(self, batch: Batch) -> dict[str, tf.Tensor]:
         self.updates.assign_add(1)
-        next_q_online = self.q(batch.next_obs, training=False) if self.double else None
-        next_v = losses.dqn_next_value(self.q_target(batch.next_obs, training=False), next_q_online)
-        target = losses.td_target(batch.reward, batch.discount, next_v)
+        shards = shard_batch(batch, self.batch_shards)
+        targets = [self._target(s) for s in shards]
         variables = self.q.trainable_variables
+        loss_fn = losses.huber if self.loss == "huber" else losses.mse
         with tf.GradientTape() as tape:
-            q_taken = losses.q_of_actions(self.q(batch.obs, training=True), batch.action)
-            loss_fn = losses.huber if self.loss == "huber" else losses.mse
-            loss = loss_fn(q_taken, target, batch.weight)
+            q_taken = [losses.q_of_actions(self.q(s.obs, training=True), s.action) for s in shards]
+            loss = shard_mean([loss_fn(q, t, s.weight) for q, t, s in zip(q_taken, targets, shards)])
         grads = tape.gradient(loss, variables)
         if self.max_grad_norm:
             grads, _ = tf.clip_by_global_norm(grads, self.max_grad_norm)
@@ -117,12 +118,20 @@ class DQN(CompiledAgent):
             losses.soft_update(self.q_target.weights, self.q.weights, self.tau)
         else:
             tf.cond(self.updates % self.target_update_every == 0, self._copy_to_target, lambda: tf.constant(False))
+        q_taken, target = unshard(q_taken), unshard(targets)
         return {
             "loss": loss,
             "q": tf.reduce_mean(q_taken),
             "target_q": tf.reduce_mean(target),
             "td_error": tf.abs(target - q_taken),
         }
+
+    def _target(self, batch: Batch) -> tf.Tensor:
+        """r + discount * V'(s') for a batch (or shard): max_a Q'(s', a), or Q' at the online
+        network's argmax with Double DQN."""
+        next_q_online = self.q(batch.next_obs, training=False) if self.double else None
+        next_v = losses.dqn_next_value(self.q_target(batch.next_obs, training=False), next_q_online)
+        return losses.td_target(batch.reward, batch.discount, next_v)
 
     def _copy_to_target(self) -> tf.Tensor:
         losses.soft_update(self.q_target.weights, self.q.weights, 1.0)  # tau 1: a hard copy

@@ -4,6 +4,8 @@ Per update: both critics regress onto r + discount * min(Q1', Q2')(s', a'~), wit
 actor's action plus clipped Gaussian smoothing noise. Every `policy_delay`-th update the actor
 ascends Q1 and all three target networks move by Polyak averaging; on the other updates neither
 the actor nor any target moves. The delay counter is a tf.Variable, so it is checkpointed.
+With `batch_shards` > 1 each pass runs shard by shard on the batch's equal shards, and the losses
+are the shards' mean (see `agents.base.shard_batch`).
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from agents import losses
-from agents.base import DeterministicActorAgent, adam
+from agents.base import DeterministicActorAgent, adam, shard_batch, shard_mean, split, unshard
 from buffers.types import Batch
 
 
@@ -35,12 +37,13 @@ class TD3(DeterministicActorAgent):
         exploration_noise: float = 0.1,
         compile: str = "graph",
         fast_act: bool = True,
+        batch_shards: int = 1,
     ):
         if policy_delay < 1:
             raise ValueError(f"agent.policy_delay must be at least 1, got {policy_delay}")
         super().__init__(
             obs_dim, action_low, action_high, network, rng, actor_lr, exploration_noise, compile,
-            fast_act,
+            fast_act, batch_shards,
         )
         self.tau = float(tau)
         self.policy_delay = int(policy_delay)
@@ -68,6 +71,35 @@ class TD3(DeterministicActorAgent):
     def _update(self, batch: Batch) -> dict[str, tf.Tensor]:
         self.updates.assign_add(1)
         noise = self._tf_rng.normal(tf.shape(batch.action)) * self.target_noise * self.half_range
+        shards = shard_batch(batch, self.batch_shards)
+        targets = [self._target(s, n) for s, n in zip(shards, split(noise, self.batch_shards))]
+        with tf.GradientTape() as tape:
+            q1 = [self._q(self.critic1, s.obs, s.action) for s in shards]
+            q2 = [self._q(self.critic2, s.obs, s.action) for s in shards]
+            critic_loss = shard_mean([
+                losses.td3_critic_loss(a, b, t, s.weight) for a, b, t, s in zip(q1, q2, targets, shards)
+            ])
+        grads = tape.gradient(critic_loss, self._critic_vars)
+        self.critic_optimizer.apply_gradients(zip(grads, self._critic_vars))
+
+        tf.cond(
+            self.updates % self.policy_delay == 0,
+            lambda: self._delayed_update([s.obs for s in shards]),
+            lambda: tf.constant(False),
+        )
+        q1, q2, target = unshard(q1), unshard(q2), unshard(targets)
+        return {
+            "critic_loss": critic_loss,
+            "actor_loss": tf.identity(self._actor_loss),
+            "q1": tf.reduce_mean(q1),
+            "q2": tf.reduce_mean(q2),
+            "target_q": tf.reduce_mean(target),
+            # per-sample, for prioritized replay (LAP-style: the larger of the two TD errors)
+            "td_error": tf.maximum(tf.abs(target - q1), tf.abs(target - q2)),
+        }
+
+    def _target(self, batch: Batch, noise: tf.Tensor) -> tf.Tensor:
+        """r + discount * min(Q1', Q2')(s', a'~) for a batch (or shard) and its smoothing noise."""
         next_action = losses.smoothed_target_action(
             self._target_policy(batch.next_obs),
             noise,
@@ -80,36 +112,15 @@ class TD3(DeterministicActorAgent):
             self._q(self.critic1_target, batch.next_obs, next_action),
             self._q(self.critic2_target, batch.next_obs, next_action),
         )
-        target = losses.td_target(batch.reward, batch.discount, next_q)
-        with tf.GradientTape() as tape:
-            q1 = self._q(self.critic1, batch.obs, batch.action)
-            q2 = self._q(self.critic2, batch.obs, batch.action)
-            critic_loss = losses.td3_critic_loss(q1, q2, target, batch.weight)
-        grads = tape.gradient(critic_loss, self._critic_vars)
-        self.critic_optimizer.apply_gradients(zip(grads, self._critic_vars))
+        return losses.td_target(batch.reward, batch.discount, next_q)
 
-        tf.cond(
-            self.updates % self.policy_delay == 0,
-            lambda: self._delayed_update(batch.obs),
-            lambda: tf.constant(False),
-        )
-        return {
-            "critic_loss": critic_loss,
-            "actor_loss": tf.identity(self._actor_loss),
-            "q1": tf.reduce_mean(q1),
-            "q2": tf.reduce_mean(q2),
-            "target_q": tf.reduce_mean(target),
-            # per-sample, for prioritized replay (LAP-style: the larger of the two TD errors)
-            "td_error": tf.maximum(tf.abs(target - q1), tf.abs(target - q2)),
-        }
-
-    def _delayed_update(self, obs: tf.Tensor) -> tf.Tensor:
-        """Actor step on Q1, then Polyak update of every target network."""
+    def _delayed_update(self, obs: list[tf.Tensor]) -> tf.Tensor:
+        """Actor step on Q1 (over the observations' shards), then Polyak update of every target network."""
         actor_vars = self.actor.trainable_variables
         with tf.GradientTape() as tape:
-            actor_loss = losses.deterministic_actor_loss(
-                self._q(self.critic1, obs, self._policy(obs))
-            )
+            actor_loss = shard_mean([
+                losses.deterministic_actor_loss(self._q(self.critic1, o, self._policy(o))) for o in obs
+            ])
         grads = tape.gradient(actor_loss, actor_vars)
         self.actor_optimizer.apply_gradients(zip(grads, actor_vars))
         self._actor_loss.assign(actor_loss)

@@ -142,6 +142,37 @@ def test_fused_updates_equal_the_same_updates_one_by_one(cls, mode):
         assert fused._update_many_fn.experimental_get_tracing_count() == 1
 
 
+@pytest.mark.parametrize("cls,kwargs", [(TD3, {}), (DDPG, {}), (DDPG, {"critic_l2": 0.01})])
+@pytest.mark.parametrize("shards", [2, 4])
+def test_batch_shards_compute_the_same_updates(cls, kwargs, shards):
+    """A sharded update has the full batch's losses and gradients: same metrics, per-sample TD
+    errors in the batch's order and weights as unsharded, over TD3's delayed updates, fused
+    updates and (DDPG) a critic weight penalty that must count once, not once per shard."""
+    whole, sharded = make(cls, **kwargs), make(cls, batch_shards=shards, **kwargs)
+    rng = np.random.default_rng(6)
+    for k in (1, 1, 3, 2):
+        batches = [batch(rng) for _ in range(k)]
+        m_ref = whole.update(batches[0]) if k == 1 else whole.update_many(stack(batches))
+        m_sh = sharded.update(batches[0]) if k == 1 else sharded.update_many(stack(batches))
+        for key in m_ref:
+            np.testing.assert_allclose(m_sh[key], m_ref[key], rtol=1e-4, atol=1e-5, err_msg=key)
+    assert int(sharded.updates.numpy()) == 7
+    ref, sh = whole.trackables(), sharded.trackables()
+    for name in ("actor", "actor_target", "actor_optimizer", "critic_optimizer"):  # Adam holds the critics' moments
+        for a, b in zip(ref[name].variables, sh[name].variables, strict=True):
+            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5, err_msg=name)
+    for name in {"critic", "critic1", "critic2", "critic_target", "critic1_target", "critic2_target"} & set(ref):
+        for a, b in zip(ref[name].get_weights(), sh[name].get_weights(), strict=True):
+            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5, err_msg=name)
+    assert sharded.update_trace_count == 1
+
+
+def test_batch_shards_must_be_a_positive_integer():
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match="batch_shards must be a positive integer"):
+            make(TD3, batch_shards=bad)
+
+
 @pytest.mark.parametrize("agent_name", ["td3", "ddpg", "dqn"])
 def test_optimizers_are_adam_with_pytorchs_epsilon(make_cfg, agent_name):
     """The reference code runs PyTorch's Adam (epsilon 1e-8); Keras' default is 1e-7."""

@@ -231,3 +231,23 @@ def test_fused_dqn_updates_equal_the_same_updates_one_by_one(network):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     obs = rng.normal(size=(5, 4)).astype(np.float32)
     np.testing.assert_array_equal(fused.act(obs, False), one_by_one.act(obs, False))
+
+
+@pytest.mark.parametrize("network", [mlp, dueling_mlp])
+@pytest.mark.parametrize("double", [True, False])
+def test_batch_shards_compute_the_same_dqn_updates(network, double):
+    """Sharded: the same loss, clipped gradients, target copies and per-sample TD errors."""
+    net = functools.partial(network, hidden=[8, 8])
+    whole = DQN(4, 3, net, np.random.default_rng(0), target_update_every=2, double=double)
+    sharded = DQN(4, 3, net, np.random.default_rng(0), target_update_every=2, double=double, batch_shards=2)
+    sharded.q.set_weights(whole.q.get_weights())
+    sharded.q_target.set_weights(whole.q_target.get_weights())
+    rng = np.random.default_rng(2)
+    for _ in range(5):
+        b = batch(rng)
+        m_ref, m_sh = whole.update(b), sharded.update(b)
+        for key in ("loss", "q", "target_q", "td_error"):
+            np.testing.assert_allclose(m_sh[key], m_ref[key], rtol=1e-5, atol=1e-6, err_msg=key)
+    for a, b in zip(whole.q_target.get_weights() + whole.q.get_weights(),
+                    sharded.q_target.get_weights() + sharded.q.get_weights()):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)

@@ -250,6 +250,23 @@ def test_auto_inter_op_is_a_hint_once_tf_runs():
     assert tf.config.threading.get_inter_op_parallelism_threads() == current
 
 
+def test_auto_batch_shards_cut_a_wide_networks_batch_in_graph_mode_on_cpu():
+    from training.seeding import auto_batch_shards, auto_intra_op
+
+    assert auto_batch_shards("graph", [256, 256], 256, cores=2, gpus=0) == 2
+    assert auto_batch_shards("graph", [64, 400], 128, cores=8, gpus=0) == 2  # the widest layer decides
+    assert auto_batch_shards("eager", [256, 256], 256, cores=2, gpus=0) == 1
+    assert auto_batch_shards("xla", [256, 256], 256, cores=2, gpus=0) == 1
+    assert auto_batch_shards("graph", [256, 256], 256, cores=2, gpus=1) == 1
+    assert auto_batch_shards("graph", [256, 256], 256, cores=1, gpus=0) == 1
+    assert auto_batch_shards("graph", [64, 64], 256, cores=2, gpus=0) == 1  # small ops: dispatch-bound
+    assert auto_batch_shards("graph", [256, 256], 64, cores=2, gpus=0) == 1  # shards under 64 rows
+    assert auto_batch_shards("graph", [256, 256], 255, cores=2, gpus=0) == 1  # no equal shards
+    assert auto_batch_shards("graph", None, 256, cores=2, gpus=0) == 1
+    assert auto_intra_op(2, cores=2) == 1 and auto_intra_op(2, cores=8) == 4 and auto_intra_op(2, cores=3) == 1
+    assert auto_intra_op(1, cores=2) is None  # no shards: TF's default
+
+
 @pytest.mark.parametrize("overrides, expected", [
     (["agent=dqn", "env=cartpole", "network.hidden=[64,64]"], 1),
     (["agent=dqn", "env=cartpole", "network.hidden=[256,256]"], 0),  # 0: TF's default
@@ -257,6 +274,10 @@ def test_auto_inter_op_is_a_hint_once_tf_runs():
     (["agent=td3", "env=pendulum", "tf_threads.inter_op=3"], 3),
 ])
 def test_a_fresh_run_sizes_the_inter_op_pool_from_its_config(overrides, expected):
+    fresh_run_pools(overrides, expected)
+
+
+def fresh_run_pools(overrides, expected):
     import os
     import subprocess
     import sys
@@ -269,8 +290,24 @@ def test_a_fresh_run_sizes_the_inter_op_pool_from_its_config(overrides, expected
         "    cfg = compose('config', overrides=sys.argv[1:])\n"
         "build_run(cfg).close()\n"
         "import tensorflow as tf; print('inter_op', tf.config.threading.get_inter_op_parallelism_threads())\n"
+        "print('intra_op', tf.config.threading.get_intra_op_parallelism_threads())\n"
     )
     proc = subprocess.run([sys.executable, "-c", code, *overrides], cwd=root, capture_output=True, text=True,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"inter_op {expected}" in proc.stdout.splitlines()
+    return proc.stdout.splitlines()
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["agent=td3", "env=pendulum"], "shards"),  # 256-256, batch 256, graph mode: two shards
+    (["agent=td3", "env=pendulum", "batch_shards=1"], 0),  # 0: TF's default
+    (["agent=td3", "env=pendulum", "tf_threads.intra_op=null"], 0),
+    (["agent=td3", "env=pendulum", "compile=eager"], 0),
+])
+def test_a_fresh_run_sizes_the_intra_op_pool_from_its_batch_shards(overrides, expected):
+    from training.seeding import auto_intra_op, available_cores
+
+    if expected == "shards":
+        expected = auto_intra_op(2, available_cores())
+    assert f"intra_op {expected}" in fresh_run_pools(overrides, 0)

@@ -18,7 +18,15 @@ from buffers.types import Buffer
 from envs.factory import check_action_space, make_env, make_vector_env
 from training.config import ConfigError, validate
 from training.loop import LoopSettings
-from training.seeding import auto_inter_op, configure_devices, configure_threads, seed_everything
+from training.seeding import (
+    auto_batch_shards,
+    auto_inter_op,
+    auto_intra_op,
+    available_cores,
+    configure_devices,
+    configure_threads,
+    seed_everything,
+)
 
 
 @dataclass
@@ -50,11 +58,24 @@ def build_agent(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, 
     check_settings(cfg.network, "network")
     check_settings(cfg.agent, "agent")
     kwargs: dict = {"obs_dim": int(obs_space.shape[0]), "network": instantiate(cfg.network), "rng": rng}
+    if "batch_shards" in cfg.agent:  # `auto` decided here; configs saved before it existed lack it
+        kwargs["batch_shards"] = batch_shards(cfg)
     if isinstance(action_space, gym.spaces.Box):
         kwargs.update(action_low=action_space.low, action_high=action_space.high)
     else:
         kwargs.update(num_actions=int(action_space.n))
     return _instantiate(cfg.agent, f"{cfg.agent._target_} with network {cfg.network._target_}", **kwargs)
+
+
+def batch_shards(cfg: DictConfig) -> int:
+    """The run's `batch_shards`, with `auto` decided for this machine (`auto_batch_shards`)."""
+    value = cfg.get("batch_shards", 1)
+    if value != "auto":
+        return int(value)
+    import tensorflow as tf  # listing devices does not start TF's runtime: threads can still be set
+
+    gpus = len(tf.config.list_physical_devices("GPU"))
+    return auto_batch_shards(str(cfg.compile), cfg.network.get("hidden"), int(cfg.batch_size), available_cores(), gpus)
 
 
 def check_settings(node: DictConfig, group: str) -> None:
@@ -95,13 +116,15 @@ def eval_env_args(cfg: DictConfig) -> dict:
 
 def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
     validate(cfg)
+    shards = batch_shards(cfg)
     threads = cfg.get("tf_threads") or {}
-    inter_op = threads.get("inter_op")
-    if inter_op == "auto":  # a hint: applied where it still can be, after the explicit sizes
-        configure_threads(intra_op=threads.get("intra_op"))
-        configure_threads(inter_op=auto_inter_op(cfg.network.get("hidden")), required=False)
-    else:
-        configure_threads(inter_op, threads.get("intra_op"))
+    explicit = {k: v for k, v in threads.items() if v != "auto"}
+    configure_threads(**explicit)
+    hints = {  # speed hints: applied where they still can be, after the explicit sizes
+        "inter_op": auto_inter_op(cfg.network.get("hidden")) if threads.get("inter_op") == "auto" else None,
+        "intra_op": auto_intra_op(shards, available_cores()) if threads.get("intra_op") == "auto" else None,
+    }
+    configure_threads(**hints, required=False)
     configure_devices()
     rng = seed_everything(int(cfg.seed), deterministic=bool(cfg.deterministic))
     cls = agent_class(cfg)

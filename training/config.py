@@ -83,12 +83,19 @@ def validate(cfg: DictConfig) -> None:
             f"call per update phase), got {spc!r}; set e.g. steps_per_call=1000."
         )
     for name, value in (cfg.get("tf_threads") or {}).items():
-        if value is None or (name == "inter_op" and value == "auto"):
+        if value is None or value == "auto":
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            choices = "a positive integer, null (TF's default) or auto" if name == "inter_op" else \
-                "a positive integer or null (TF's default)"
-            raise ConfigError(f"tf_threads.{name} must be {choices}, got {value!r}.")
+            raise ConfigError(f"tf_threads.{name} must be a positive integer, null (TF's default) or auto, got {value!r}.")
+    shards = cfg.get("batch_shards", 1)
+    if shards != "auto":
+        if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
+            raise ConfigError(f"batch_shards must be a positive integer or auto, got {shards!r}; set e.g. batch_shards=auto.")
+        if batch % shards:
+            raise ConfigError(
+                f"batch_size ({batch}) does not split into batch_shards={shards} equal shards; set a "
+                f"batch_size divisible by {shards}, or batch_shards=auto."
+            )
     if not isinstance(cfg.checkpoint_keep, int) or cfg.checkpoint_keep < 1:
         raise ConfigError(f"checkpoint_keep must be a positive integer, got {cfg.checkpoint_keep!r}.")
     if cfg.get("vectorization", "sync") not in ("sync", "async"):

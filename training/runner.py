@@ -180,6 +180,7 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
         stop.hand_over()
     summary["run_dir"] = run_dir
     summary.update(run_identity(cfg, run_dir))
+    summary["batch_shards"] = getattr(agent, "batch_shards", 1)  # what `auto` decided on this machine
     if not summary["stopped"]:
         with open(os.path.join(run_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)

@@ -1,6 +1,7 @@
 """One seed reaches everything: Python's `random`, numpy, TensorFlow/Keras and the envs."""
 from __future__ import annotations
 
+import os
 import random
 
 import numpy as np
@@ -36,6 +37,42 @@ def auto_inter_op(hidden) -> int | None:
     except (TypeError, ValueError):
         return None
     return 1 if widths and max(widths) <= SMALL_NETWORK_WIDTH else None
+
+
+MIN_SHARD_ROWS = 64  # `batch_shards=auto` cuts a batch only into shards at least this many rows long
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, as a cluster scheduler sets it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def auto_batch_shards(compile: str, hidden, batch_size: int, cores: int, gpus: int) -> int:
+    """`batch_shards=auto`: 2 when the update is a TF graph on CPU (`compile=graph`, no GPU, at
+    least 2 cores) of a network wider than SMALL_NETWORK_WIDTH units, and the batch splits into
+    two shards of at least MIN_SHARD_ROWS rows; else 1. Each shard's forward and backward pass is
+    then its own chain of ops, run side by side by the inter-op threads, with the cores divided
+    among the shards (`auto_intra_op`) rather than every matmul split across all of them: TD3 on
+    Ant 1.12x env steps/s on 2 cores. Eager mode runs ops one at a time, XLA and GPUs run a
+    batch's matmul as one kernel, and a small network's ops cost less than their dispatch, so none
+    of them gains. Two shards is what was measured (2 cores); more would make smaller matmuls.
+    Measured in benchmarks/README.md."""
+    try:
+        widest = max(int(h) for h in hidden)
+    except (TypeError, ValueError):
+        return 1
+    fits = batch_size % 2 == 0 and batch_size // 2 >= MIN_SHARD_ROWS
+    return 2 if compile == "graph" and not gpus and cores >= 2 and widest > SMALL_NETWORK_WIDTH and fits else 1
+
+
+def auto_intra_op(batch_shards: int, cores: int) -> int | None:
+    """`tf_threads.intra_op=auto`: with batch shards, each op gets the cores divided among the
+    shards (1 on 2 cores), so the shards' chains do not fight over the same cores; without, None
+    (TF's default: every core for every op)."""
+    return max(1, cores // batch_shards) if batch_shards > 1 else None
 
 
 def configure_threads(inter_op: int | None = None, intra_op: int | None = None, required: bool = True) -> None:
