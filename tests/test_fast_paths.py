@@ -254,13 +254,13 @@ def test_auto_batch_shards_cut_a_wide_networks_batch_in_graph_mode_on_cpu():
     from training.seeding import auto_batch_shards, auto_intra_op
 
     assert auto_batch_shards("graph", [256, 256], 256, cores=2, gpus=0) == 2
-    assert auto_batch_shards("graph", [64, 400], 128, cores=8, gpus=0) == 2  # the widest layer decides
+    assert auto_batch_shards("graph", [64, 400], 512, cores=8, gpus=0) == 2  # the widest layer decides
     assert auto_batch_shards("eager", [256, 256], 256, cores=2, gpus=0) == 1
     assert auto_batch_shards("xla", [256, 256], 256, cores=2, gpus=0) == 1
     assert auto_batch_shards("graph", [256, 256], 256, cores=2, gpus=1) == 1
     assert auto_batch_shards("graph", [256, 256], 256, cores=1, gpus=0) == 1
     assert auto_batch_shards("graph", [64, 64], 256, cores=2, gpus=0) == 1  # small ops: dispatch-bound
-    assert auto_batch_shards("graph", [256, 256], 64, cores=2, gpus=0) == 1  # shards under 64 rows
+    assert auto_batch_shards("graph", [256, 256], 128, cores=2, gpus=0) == 1  # shards under 128 rows
     assert auto_batch_shards("graph", [256, 256], 255, cores=2, gpus=0) == 1  # no equal shards
     assert auto_batch_shards("graph", None, 256, cores=2, gpus=0) == 1
     assert auto_intra_op(2, cores=2) == 1 and auto_intra_op(2, cores=8) == 4 and auto_intra_op(2, cores=3) == 1

@@ -39,7 +39,7 @@ def auto_inter_op(hidden) -> int | None:
     return 1 if widths and max(widths) <= SMALL_NETWORK_WIDTH else None
 
 
-MIN_SHARD_ROWS = 64  # `batch_shards=auto` cuts a batch only into shards at least this many rows long
+MIN_SHARD_ROWS = 128  # `batch_shards=auto` cuts a batch only into shards at least this many rows long
 
 
 def available_cores() -> int:
@@ -55,11 +55,12 @@ def auto_batch_shards(compile: str, hidden, batch_size: int, cores: int, gpus: i
     least 2 cores) of a network wider than SMALL_NETWORK_WIDTH units, and the batch splits into
     two shards of at least MIN_SHARD_ROWS rows; else 1. Each shard's forward and backward pass is
     then its own chain of ops, run side by side by the inter-op threads, with the cores divided
-    among the shards (`auto_intra_op`) rather than every matmul split across all of them: TD3 on
-    Ant 1.12x env steps/s on 2 cores. Eager mode runs ops one at a time, XLA and GPUs run a
-    batch's matmul as one kernel, and a small network's ops cost less than their dispatch, so none
-    of them gains. Two shards is what was measured (2 cores); more would make smaller matmuls.
-    Measured in benchmarks/README.md."""
+    among the shards (`auto_intra_op`) rather than every matmul split across all of them. On 2
+    cores: TD3 on Ant 1.10x env steps/s, DDPG on Ant 1.05x, TD3 on Pendulum 1.09x (batch 256,
+    shards of 128 rows); DQN 256-256 with batch 128 (shards of 64 rows) gained nothing. Eager mode
+    runs ops one at a time, XLA and GPUs run a batch's matmul as one kernel, and a small network's
+    ops cost less than their dispatch, so none of them gains. Two shards is what was measured;
+    more would make smaller matmuls. Measured in benchmarks/README.md."""
     try:
         widest = max(int(h) for h in hidden)
     except (TypeError, ValueError):
