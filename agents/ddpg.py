@@ -2,7 +2,8 @@
 sfujim/TD3): one critic, actor and targets updated on every step, Gaussian exploration noise.
 
 The original paper's L2 weight decay on the critic is `critic_l2`: a penalty on the critic's
-kernels added to its loss, whose gradient is critic_l2 * w (PyTorch's `weight_decay`); its other
+kernels added to its loss, whose gradient is critic_l2 * w (PyTorch's `weight_decay` on the
+kernels; sfujim/TD3's DDPG.py passes weight_decay to Adam, which decays the biases too); its other
 settings (400-300 nets, lr 1e-4 / 1e-3, tau 1e-3) are config values.
 """
 from __future__ import annotations

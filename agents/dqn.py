@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from agents import losses
-from agents.base import CompiledAgent, adam, check_shards, shard_batch, shard_mean, unshard
+from agents.base import CompiledAgent, ExportedPolicy, adam, check_shards, shard_batch, shard_mean, unshard
 from buffers.types import Batch
 
 
@@ -150,11 +150,11 @@ class DQN(CompiledAgent):
         }
 
 
-class _GreedyPolicy(tf.Module):
+class _GreedyPolicy(ExportedPolicy):
     def __init__(self, q: keras.Model, obs_dim: int):
-        super().__init__(name="policy")
+        super().__init__(obs_dim)
         self.q = q
-        self.__call__ = tf.function(self._call, input_signature=[tf.TensorSpec([None, obs_dim], tf.float32, name="obs")])
+        self.trace()
 
-    def _call(self, obs):
+    def _act(self, obs):
         return tf.argmax(self.q(obs, training=False), axis=1, output_type=tf.int32)

@@ -42,8 +42,9 @@ def mlp(
     """A dense network `input_dim -> hidden... -> output_dim`, built (its weights exist on return).
 
     `l2` is a weight decay coefficient on the kernels (the original DDPG's critic weight decay):
-    a penalty of l2/2 * sum(w**2), whose gradient is l2 * w, as PyTorch's `weight_decay` and the
-    DDPG paper's "L2 weight decay of 1e-2". It appears in `model.losses`. `init`: see `dense`.
+    a penalty of l2/2 * sum(w**2), whose gradient is l2 * w, as PyTorch's `weight_decay` gives the
+    kernels (it decays every parameter it is given, biases too) and the DDPG paper's "L2 weight
+    decay of 1e-2". It appears in `model.losses`. `init`: see `dense`.
     """
     if any(int(h) < 1 for h in hidden):
         raise ValueError(f"network.hidden sizes must be positive integers, got {list(hidden)}")

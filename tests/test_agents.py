@@ -173,6 +173,17 @@ def test_batch_shards_must_be_a_positive_integer():
             make(TD3, batch_shards=bad)
 
 
+@pytest.mark.parametrize("cls", AGENTS)
+def test_policy_module_acts_like_the_agent_in_this_process(cls):
+    """`module(obs)` works before export too (it is what gets saved), for any batch size."""
+    agent = make(cls)
+    agent.update(batch(np.random.default_rng(7)))
+    module = agent.policy_module()
+    obs = np.random.default_rng(8).normal(size=(6, OBS)).astype(np.float32)
+    np.testing.assert_allclose(module(obs).numpy(), agent.act(obs, explore=False), rtol=1e-5, atol=1e-6)
+    assert module(obs[:1]).shape == (1, ACT)
+
+
 @pytest.mark.parametrize("agent_name", ["td3", "ddpg", "dqn"])
 def test_optimizers_are_adam_with_pytorchs_epsilon(make_cfg, agent_name):
     """The reference code runs PyTorch's Adam (epsilon 1e-8); Keras' default is 1e-7."""

@@ -251,3 +251,10 @@ def test_batch_shards_compute_the_same_dqn_updates(network, double):
     for a, b in zip(whole.q_target.get_weights() + whole.q.get_weights(),
                     sharded.q_target.get_weights() + sharded.q.get_weights()):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_greedy_policy_module_acts_like_the_agent_in_this_process():
+    agent = DQN(4, 3, functools.partial(mlp, hidden=[8, 8]), np.random.default_rng(0))
+    agent.update(batch(np.random.default_rng(3)))
+    obs = np.random.default_rng(4).normal(size=(7, 4)).astype(np.float32)
+    np.testing.assert_array_equal(agent.policy_module()(obs).numpy(), agent.act(obs, explore=False))

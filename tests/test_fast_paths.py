@@ -61,14 +61,15 @@ def test_fused_run_equals_the_same_run_update_by_update(make_cfg):
 
 
 @pytest.mark.parametrize("vectorization", ["sync", "async"])
-@pytest.mark.parametrize("updates_per_step", ["1", "0.5"])
+@pytest.mark.parametrize("updates_per_step", ["1", "0.5", "0.3"])  # 0.3: not exact in binary
 def test_vector_envs_keep_the_update_to_data_ratio(make_cfg, vectorization, updates_per_step):
     summary, calls, _ = run(make_cfg(*COMMON, "num_envs=4", f"vectorization={vectorization}",
                                      f"updates_per_step={updates_per_step}"))
-    expected = int((480 - 200) * float(updates_per_step))
+    expected = round((480 - 200) * float(updates_per_step))
     assert summary["steps"] == 480 and summary["updates"] == calls.batches == expected
-    # four transitions per loop iteration: their updates go in one fused call
-    assert calls.update == 0 and calls.update_many == 70
+    # four transitions per loop iteration: their updates go in one call (fused when more than one)
+    assert calls.update + calls.update_many == 70
+    assert calls.update == 0 or updates_per_step == "0.3"  # 1.2 due a step: mostly one update
 
 
 class Records:

@@ -160,7 +160,9 @@ def train(
         st.updates_due += num_envs * s.updates_per_step
         if st.step % s.train_every >= num_envs:
             return 0
-        n = int(st.updates_due)
+        # The sum of a ratio such as 0.1 or 0.3 falls a float rounding short of a whole update
+        # (ten 0.1s add up to 0.9999999999999999); the tolerance counts it, so no update comes late.
+        n = int(st.updates_due + 1e-9)
         st.updates_due -= n
         st.updates += n
         return n
