@@ -83,6 +83,8 @@ def validate(cfg: DictConfig) -> None:
             f"call per update phase), got {spc!r}; set e.g. steps_per_call=1000."
         )
     for name, value in (cfg.get("tf_threads") or {}).items():
+        if name not in ("inter_op", "intra_op"):
+            raise ConfigError(f"tf_threads.{name} is not a thread pool; the pools are tf_threads.inter_op and tf_threads.intra_op.")
         if value is None or value == "auto":
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
