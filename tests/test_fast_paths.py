@@ -300,15 +300,17 @@ def fresh_run_pools(overrides, expected):
     return proc.stdout.splitlines()
 
 
-@pytest.mark.parametrize("overrides, expected", [
-    (["agent=td3", "env=pendulum"], "shards"),  # 256-256, batch 256, graph mode: two shards
-    (["agent=td3", "env=pendulum", "batch_shards=1"], 0),  # 0: TF's default
-    (["agent=td3", "env=pendulum", "tf_threads.intra_op=null"], 0),
-    (["agent=td3", "env=pendulum", "compile=eager"], 0),
+@pytest.mark.parametrize("overrides, inter_op, expected", [
+    (["agent=td3", "env=pendulum"], 0, "shards"),  # 256-256, batch 256, graph mode: two shards
+    (["agent=td3", "env=pendulum", "batch_shards=1"], 0, 0),  # 0: TF's default
+    (["agent=td3", "env=pendulum", "tf_threads.intra_op=null"], 0, 0),
+    (["agent=td3", "env=pendulum", "compile=eager"], 0, 0),
+    (["agent=td3", "env=pendulum", "tf_threads.inter_op=1"], 1, 0),  # one inter-op thread: no shards
+    (["agent=dqn", "env=cartpole", "network.hidden=[64,64]", "batch_shards=2"], 1, 0),  # auto inter_op 1
 ])
-def test_a_fresh_run_sizes_the_intra_op_pool_from_its_batch_shards(overrides, expected):
+def test_a_fresh_run_sizes_the_intra_op_pool_from_its_batch_shards(overrides, inter_op, expected):
     from training.seeding import auto_intra_op, available_cores
 
     if expected == "shards":
         expected = auto_intra_op(2, available_cores())
-    assert f"intra_op {expected}" in fresh_run_pools(overrides, 0)
+    assert f"intra_op {expected}" in fresh_run_pools(overrides, inter_op)

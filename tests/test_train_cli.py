@@ -59,6 +59,7 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
         (["tf_threads.intra_op=many"], "tf_threads.intra_op must be a positive integer, null (TF's default) or auto"),
         (["+tf_threads.intra=1"], "tf_threads.intra is not a thread pool; the pools are tf_threads.inter_op and"),
         (["batch_shards=0"], "batch_shards must be a positive integer or auto, got 0"),
+        (["agent.batch_shards=3"], "batch_size (256) does not split into agent.batch_shards=3 equal shards"),
         (["batch_shards=two"], "batch_shards must be a positive integer or auto, got 'two'"),
         (["batch_size=100", "batch_shards=3"], "batch_size (100) does not split into batch_shards=3 equal shards"),
         (["agent=dqn", "env=pendulum"], "DQN needs a discrete action space"),

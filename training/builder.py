@@ -67,11 +67,21 @@ def build_agent(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, 
     return _instantiate(cfg.agent, f"{cfg.agent._target_} with network {cfg.network._target_}", **kwargs)
 
 
+def inter_op_pool(cfg: DictConfig) -> int | None:
+    """The inter-op pool size the run asks for (None: TF's default), with `auto` decided."""
+    value = (cfg.get("tf_threads") or {}).get("inter_op")
+    return auto_inter_op(cfg.network.get("hidden")) if value == "auto" else value
+
+
 def batch_shards(cfg: DictConfig) -> int:
-    """The run's `batch_shards`, with `auto` decided for this machine (`auto_batch_shards`)."""
-    value = cfg.get("batch_shards", 1)
+    """The agent's `batch_shards` (the top-level value, unless agent.batch_shards is set apart;
+    1 for a saved config from before it existed), with `auto` decided for this machine
+    (`auto_batch_shards`). One inter-op thread cannot run shards side by side, so then 1."""
+    value = cfg.agent.get("batch_shards", 1)
     if value != "auto":
         return int(value)
+    if inter_op_pool(cfg) == 1:
+        return 1
     import tensorflow as tf  # listing devices does not start TF's runtime: threads can still be set
 
     gpus = len(tf.config.list_physical_devices("GPU"))
@@ -121,8 +131,10 @@ def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
     explicit = {k: v for k, v in threads.items() if v != "auto"}
     configure_threads(**explicit)
     hints = {  # speed hints: applied where they still can be, after the explicit sizes
-        "inter_op": auto_inter_op(cfg.network.get("hidden")) if threads.get("inter_op") == "auto" else None,
-        "intra_op": auto_intra_op(shards, available_cores()) if threads.get("intra_op") == "auto" else None,
+        "inter_op": inter_op_pool(cfg) if threads.get("inter_op") == "auto" else None,
+        # the cores divided among the shards, where shards run side by side: graph mode, a pool
+        "intra_op": auto_intra_op(shards, available_cores())
+        if threads.get("intra_op") == "auto" and cfg.compile == "graph" and inter_op_pool(cfg) != 1 else None,
     }
     configure_threads(**hints, required=False)
     configure_devices()

@@ -89,14 +89,15 @@ def validate(cfg: DictConfig) -> None:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"tf_threads.{name} must be a positive integer, null (TF's default) or auto, got {value!r}.")
-    shards = cfg.get("batch_shards", 1)
-    if shards != "auto":
+    for key, shards in (("batch_shards", cfg.get("batch_shards", 1)), ("agent.batch_shards", cfg.agent.get("batch_shards", 1))):
+        if shards == "auto":
+            continue
         if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
-            raise ConfigError(f"batch_shards must be a positive integer or auto, got {shards!r}; set e.g. batch_shards=auto.")
+            raise ConfigError(f"{key} must be a positive integer or auto, got {shards!r}; set e.g. {key}=auto.")
         if batch % shards:
             raise ConfigError(
-                f"batch_size ({batch}) does not split into batch_shards={shards} equal shards; set a "
-                f"batch_size divisible by {shards}, or batch_shards=auto."
+                f"batch_size ({batch}) does not split into {key}={shards} equal shards; set a "
+                f"batch_size divisible by {shards}, or {key}=auto."
             )
     if not isinstance(cfg.checkpoint_keep, int) or cfg.checkpoint_keep < 1:
         raise ConfigError(f"checkpoint_keep must be a positive integer, got {cfg.checkpoint_keep!r}.")

@@ -98,6 +98,18 @@ def set_aside_summary(run_dir: str) -> None:
     os.replace(path, os.path.join(run_dir, f"summary_{steps}.json"))
 
 
+def speed_settings(agent) -> dict:
+    """What the `auto` speed settings decided in this process: the agent's batch shards and TF's
+    thread pools (0: TF's default size)."""
+    import tensorflow as tf
+
+    return {
+        "batch_shards": getattr(agent, "batch_shards", 1),
+        "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+        "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+    }
+
+
 def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: Callable[[str], None] = print) -> dict:
     if not resume and list_checkpoints(run_dir):
         raise ConfigError(
@@ -107,6 +119,8 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
     parts = build_run(cfg)
     settings = loop_settings(cfg)
     agent = parts.agent
+    speed = speed_settings(agent)
+    console("update: " + ", ".join(f"{k} {v}" for k, v in speed.items()) + " (0: TF's default)")
     checkpointer = Checkpointer(run_dir, agent.trackables(), keep=int(cfg.checkpoint_keep), describe=describe(cfg))
 
     csv_logger = CSVLogger(run_dir)
@@ -180,7 +194,7 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
         stop.hand_over()
     summary["run_dir"] = run_dir
     summary.update(run_identity(cfg, run_dir))
-    summary["batch_shards"] = getattr(agent, "batch_shards", 1)  # what `auto` decided on this machine
+    summary.update(speed)  # what `auto` decided on this machine
     if not summary["stopped"]:
         with open(os.path.join(run_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
