@@ -136,7 +136,7 @@ def shard_batch(batch: Batch, n: int) -> list[Batch]:
     and gradients (up to float summation order), but each shard's ops form a chain of their own,
     which graph mode's inter-op threads run side by side, one per core, instead of splitting every
     matmul across the cores."""
-    return [batch] if n == 1 else [Batch(*parts) for parts in zip(*(tf.split(x, n) for x in batch))]
+    return [Batch(*parts) for parts in zip(*(split(x, n) for x in batch))]
 
 
 def shard_mean(values: list[tf.Tensor]) -> tf.Tensor:
@@ -432,7 +432,9 @@ class DeterministicActorAgent(CompiledAgent):
 class ExportedPolicy(tf.Module):
     """A policy as a standalone tf.Module: `module(obs)` maps a batch of float32 observations to
     actions, here and after `tf.saved_model.save`/`load` (which keeps the function traced for
-    any batch size). Subclasses set their networks and implement `_act`."""
+    any batch size). `signatures()` gives the `serving_default` signature (input `obs`, output
+    `action`) that TF Serving, `saved_model_cli` and other languages' loaders call.
+    Subclasses set their networks and implement `_act`."""
 
     def __init__(self, obs_dim: int):
         super().__init__(name="policy")
@@ -441,6 +443,10 @@ class ExportedPolicy(tf.Module):
     def trace(self) -> "ExportedPolicy":
         self.__call__.get_concrete_function(self._obs_spec)
         return self
+
+    def signatures(self) -> dict:
+        serve = tf.function(lambda obs: {"action": self._act(obs)}, input_signature=[self._obs_spec])
+        return {"serving_default": serve.get_concrete_function()}
 
     @tf.function(reduce_retracing=True)
     def __call__(self, obs):

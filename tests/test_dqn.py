@@ -258,3 +258,15 @@ def test_greedy_policy_module_acts_like_the_agent_in_this_process():
     agent.update(batch(np.random.default_rng(3)))
     obs = np.random.default_rng(4).normal(size=(7, 4)).astype(np.float32)
     np.testing.assert_array_equal(agent.policy_module()(obs).numpy(), agent.act(obs, explore=False))
+
+
+def test_greedy_policy_saves_with_a_serving_signature(tmp_path):
+    """What evaluate.py export=true writes: the SavedModel's `serving_default` (obs -> action) gives
+    the greedy actions, as TF Serving or another language's loader would call it."""
+    agent = DQN(4, 3, functools.partial(mlp, hidden=[8, 8]), np.random.default_rng(0))
+    agent.update(batch(np.random.default_rng(3)))
+    module = agent.policy_module()
+    tf.saved_model.save(module, str(tmp_path), signatures=module.signatures())
+    serve = tf.saved_model.load(str(tmp_path)).signatures["serving_default"]
+    obs = np.random.default_rng(4).normal(size=(7, 4)).astype(np.float32)
+    np.testing.assert_array_equal(serve(obs=tf.constant(obs))["action"].numpy(), agent.act(obs, explore=False))

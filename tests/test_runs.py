@@ -247,6 +247,8 @@ def test_exported_savedmodel_acts_like_the_agent(reference):
     policy = tf.saved_model.load(str(reference / "export" / "latest"))
     obs = np.random.default_rng(0).normal(size=(16, 3)).astype(np.float32)
     exported = policy(obs).numpy()
+    served = policy.signatures["serving_default"](obs=tf.constant(obs))["action"].numpy()
+    np.testing.assert_array_equal(served, exported)
 
     from omegaconf import OmegaConf
 
@@ -309,6 +311,8 @@ def test_wandb_offline_run_holds_config_and_metrics(tmp_path):
         elif rec.WhichOneof("record_type") == "history":
             history.append({i.key or "/".join(i.nested_key): i.value_json for i in rec.history.item})
     assert json.loads(config["total_steps"]) == 300 and json.loads(config["agent"])["_target_"] == "agents.td3.TD3"
+    summary = json.loads((run_dir / "summary.json").read_text())  # what `auto` decided, beside the config's "auto"
+    assert json.loads(config["speed"]) == {k: summary[k] for k in ("batch_shards", "inter_op_threads", "intra_op_threads")}
     keys = set().union(*history)
     assert {"eval/return_mean", "train/episode_return", "update/critic_loss", "global_step"} <= keys
     eval_steps = [json.loads(h["global_step"]) for h in history if "eval/return_mean" in h]

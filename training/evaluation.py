@@ -46,7 +46,8 @@ def evaluate_run(run_dir: str, checkpoint: str = "latest", episodes: int = 10, s
         import tensorflow as tf
 
         export_dir = os.path.join(run_dir, "export", name)
-        tf.saved_model.save(agent.policy_module(), export_dir)
+        module = agent.policy_module()
+        tf.saved_model.save(module, export_dir, signatures=module.signatures())
         result["export"] = export_dir
     env.close()
     with open(os.path.join(out_dir, f"{name}.json"), "w") as f:

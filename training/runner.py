@@ -161,7 +161,7 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
         if cfg.logger.trace_graph and (graph := agent.update_graph()) is not None:
             tb.write_graph(graph)
     if cfg.logger.wandb:
-        loggers.append(_wandb_logger(cfg, run_dir, console))
+        loggers.append(_wandb_logger(cfg, run_dir, console, speed))
     logger = MultiLogger(loggers)
 
     def checkpoint(st: LoopState, kind: str) -> None:
@@ -201,7 +201,7 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
     return summary
 
 
-def _wandb_logger(cfg: DictConfig, run_dir: str, console) -> WandbLogger:
+def _wandb_logger(cfg: DictConfig, run_dir: str, console, speed: dict) -> WandbLogger:
     id_file = os.path.join(run_dir, "wandb_id.txt")
     if os.path.exists(id_file):
         with open(id_file) as f:
@@ -222,5 +222,6 @@ def _wandb_logger(cfg: DictConfig, run_dir: str, console) -> WandbLogger:
     return WandbLogger(
         run_dir=run_dir, project=w.project, entity=w.entity, group=group, name=name or os.path.basename(run_dir),
         mode=w.mode, tags=list(w.tags or []), run_id=run_id, init_timeout=float(w.init_timeout),
-        config=OmegaConf.to_container(cfg, resolve=True), warn=console,
+        # the config as composed, and under `speed` what its `auto` settings decided here
+        config={**OmegaConf.to_container(cfg, resolve=True), "speed": speed}, warn=console,
     )
