@@ -52,6 +52,11 @@ def _make(env_id: str, max_episode_steps: int | None, kwargs: dict[str, Any]) ->
     _check_known(env_id)
     try:
         return gym.make(env_id, max_episode_steps=max_episode_steps, **dict(kwargs or {}))
+    except gym.error.DependencyNotInstalled as err:  # e.g. Box2D for CarRacing, LunarLander
+        raise EnvConfigError(
+            f"{env_id} needs a package that is not installed: {str(err).rstrip('.')}. In this project's environment "
+            f"that is `uv pip install ...` with the same packages (`uv add` to keep them in pyproject.toml)."
+        ) from err
     except (ValueError, TypeError) as err:  # a bad env setting: name it
         raise EnvConfigError(f"cannot make {env_id} with env.kwargs={dict(kwargs or {})}: {err}") from err
 
