@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 from scipy.stats import trim_mean
 
 from training.aggregate import (
+    _iqm_band,
     aggregate,
     iqm,
     minmax_normalize,
@@ -119,6 +120,18 @@ def test_performance_profile_matches_a_direct_computation():
     equal = tasks[:2]
     pooled = np.concatenate(equal)
     np.testing.assert_allclose(run_score_distribution(equal, taus), [np.mean(pooled > t) for t in taus])
+
+
+def test_one_run_per_task_or_per_curve_has_no_band():
+    """Resampling a single run gives a band of zero width, which would read as certainty."""
+    point, low, high = performance_profile([[0.2], [0.7]], np.linspace(0, 1, 5), 100, np.random.default_rng(0))
+    np.testing.assert_allclose(point, [1.0, 0.5, 0.5, 0.0, 0.0])
+    assert np.isnan(low).all() and np.isnan(high).all()
+    point, low, high = _iqm_band(np.array([[1.0, 2.0, 3.0]]), 100, np.random.default_rng(0))
+    np.testing.assert_array_equal(point, [1.0, 2.0, 3.0])
+    assert np.isnan(low).all() and np.isnan(high).all()
+    _, low, high = _iqm_band(np.array([[1.0, 2.0], [3.0, 5.0]]), 100, np.random.default_rng(0))
+    assert np.all(low < high)  # two runs: a band
 
 
 def test_minmax_normalize():
@@ -259,7 +272,7 @@ def test_diverged_runs_are_counted_and_left_out_of_the_statistics(tmp_path):
     assert [(r["agent"], r["n_runs"], r["n_diverged"]) for r in report.rows] == [("td3", 3, 1)]
     # the statistics are those of the three runs that did not diverge, not of the diverged run's last finite eval
     assert report.rows[0]["mean"] == pytest.approx(400.0)
-    assert "| 3 (+1 diverged) |" in report.markdown
+    assert report.markdown.count("| 3 (+1 diverged) |") == 2  # the group's row and the across-env row
     assert "seed=2 (sweep/td3_2) at step 2000" in report.markdown
     assert "ddpg/hopper: all 2 run(s) diverged" in report.markdown and "at step 1000" in report.markdown
 
@@ -369,3 +382,18 @@ def test_bad_input(tmp_path):
     # the mixed sweeps aggregate once split by the class
     proc = cli(tmp_path / "a", tmp_path / "b", "--by", "agent._target_", "--reps", 50)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_unequal_runs_per_env_are_noted(tmp_path):
+    """The across-env mean weighs envs equally and the pooled IQM by their runs; with unequal runs
+    per env the two weigh differently, which a reader has to be told."""
+    root = str(tmp_path / "sweep")
+    for seed in range(3):
+        make_run(os.path.join(root, f"h{seed}"), "td3", "hopper", seed, (0.0, 10.0 * seed, 20.0 + seed))
+    for seed in range(2):
+        make_run(os.path.join(root, f"w{seed}"), "td3", "walker2d", seed, (0.0, 5.0, 30.0 + 7 * seed))
+    report = aggregate([root], reps=50)
+    assert "td3 has unequal runs per env (hopper 3, walker2d 2)" in report.markdown
+    for seed in range(2, 3):
+        make_run(os.path.join(root, f"w{seed}"), "td3", "walker2d", seed, (0.0, 5.0, 30.0 + 7 * seed))
+    assert "unequal runs per env" not in aggregate([root], reps=50).markdown

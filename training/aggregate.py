@@ -25,8 +25,8 @@ Statistics (all over runs, never over the episodes inside one evaluation):
   own generator seeded with (`--seed`, a hash of what it estimates), so the output is reproducible
   and one group's interval does not change when other runs join the aggregation.
 - Learning curves (one PNG per env): the IQM over runs of the eval return at each eval step, with
-  the 95% bootstrap CI band; as in rliable, a replicate resamples whole runs (the same runs at every
-  step). The curve of a group is solid over the eval steps that all its runs have. When runs end at
+  the 95% bootstrap CI band (none for a single run); a replicate resamples whole runs (the same
+  runs at every step; rliable draws the runs of each step apart, which gives each step the same band). The curve of a group is solid over the eval steps that all its runs have. When runs end at
   different steps (incomplete runs), it goes on dashed past the last evaluation every run reached,
   with a lighter band, over the runs that went on, as long as at least 2 of them remain: the IQM
   of fewer runs is a different estimate and may jump where a run drops out, so it is drawn apart.
@@ -34,7 +34,7 @@ Statistics (all over runs, never over the episodes inside one evaluation):
 - Performance profile (one PNG over all envs): for every group without the env (e.g. each agent),
   the run-score distribution F(tau) = mean over envs of the fraction of the group's runs whose
   normalized final return exceeds tau (with equal runs per env this is the fraction of all runs),
-  with a 95% stratified-bootstrap band. There are no reference scores, so scores are min-max
+  with a 95% stratified-bootstrap band (none when every env has one run). There are no reference scores, so scores are min-max
   normalized per env over the final returns of all runs of that env in this aggregation:
   (R - min) / (max - min). They are relative to these runs only; an env where every run has the
   same final return has no range, so it is left out (and noted). The same normalization gives the "across envs" table: the
@@ -141,8 +141,11 @@ def run_score_distribution(scores_by_task: Sequence, taus) -> np.ndarray:
 def performance_profile(scores_by_task: Sequence, taus=TAUS, reps: int = DEFAULT_REPS,
                         rng: np.random.Generator | None = None, alpha: float = 1 - CONFIDENCE):
     """rliable's run-score performance profile: (F(tau), CI low, CI high) over `taus`, the band
-    from the stratified bootstrap over the runs of each task."""
+    from the stratified bootstrap over the runs of each task. With one run per task there is no band
+    (NaN): resampling one run per task would give a band of zero width."""
     point = run_score_distribution(scores_by_task, taus)
+    if all(len(s) == 1 for s in scores_by_task):
+        return point, np.full_like(point, np.nan), np.full_like(point, np.nan)
     low, high = stratified_bootstrap_ci(scores_by_task, lambda s: run_score_distribution(s, taus), reps, rng, alpha)
     return point, low, high
 
@@ -525,7 +528,10 @@ class Curve:
 
 
 def _iqm_band(matrix: np.ndarray, reps: int, rng: np.random.Generator):
-    """IQM over the runs (rows) at each step (column) and its bootstrap band, whole runs resampled."""
+    """IQM over the runs (rows) at each step (column) and its bootstrap band, whole runs resampled.
+    One run has no band (NaN, not drawn): resampling it would give a band of zero width."""
+    if len(matrix) < 2:
+        return iqm(matrix, axis=0), np.full(matrix.shape[1], np.nan), np.full(matrix.shape[1], np.nan)
     low, high = stratified_bootstrap_ci([matrix], lambda s: iqm(s[0], axis=0), reps, rng)
     return iqm(matrix, axis=0), np.atleast_1d(low), np.atleast_1d(high)
 
@@ -862,18 +868,25 @@ def aggregate(paths: Sequence[str], by: Sequence[str] = (), out: str | None = No
             across.append([label, "0", "0", "n/a", "n/a", "n/a", "n/a"])
             continue
         tasks = [minmax_normalize([r.final_return for r in by_env[e]], *bounds[e]) for e in scored if e in by_env]
+        n_div = sum(len(ms) for k, ms in diverged_by_group.items() if (k[0], *k[2:]) == pkey and k[1] in by_env)
+        label_runs = f" (+{n_div} diverged)" if n_div else ""
+        if len({len(t) for t in tasks}) > 1:
+            counts = ", ".join(f"{e} {len(by_env[e])}" for e in scored if e in by_env)
+            global_notes.append(f"{label} has unequal runs per env ({counts}): its across-env mean and profile weigh "
+                                f"every env equally, its IQM pools the runs and so weighs each env by its runs")
         if len(by_env) < len(scored):
             global_notes.append(f"{label} has no runs on {', '.join(e for e in scored if e not in by_env)}: its across-env "
                                 f"numbers and profile cover {', '.join(e for e in scored if e in by_env)} only, so they "
                                 f"do not compare with groups that cover more envs")
         (m_low, i_low), (m_high, i_high) = (np.nan, np.nan), (np.nan, np.nan)
-        if any(len(t) > 1 for t in tasks):  # with one run per env the bootstrap has nothing to resample
+        resampled = any(len(t) > 1 for t in tasks)  # with one run per env the bootstrap has nothing to resample
+        if resampled:
             (m_low, i_low), (m_high, i_high) = stratified_bootstrap_ci(
                 tasks, lambda s: [aggregate_mean(s), aggregate_iqm(s)], reps, _rng(seed, "across", *pkey))
-        across.append([label, str(len(tasks)), str(sum(len(t) for t in tasks)), _num(aggregate_mean(tasks)),
+        across.append([label, str(len(tasks)), f"{sum(len(t) for t in tasks)}{label_runs}", _num(aggregate_mean(tasks)),
                        _ci(m_low, m_high), _num(aggregate_iqm(tasks)), _ci(i_low, i_high)])
         point, low, high = performance_profile(tasks, TAUS, reps, _rng(seed, "profile", *pkey))
-        profiles.append((label, color[pkey], point, low, high))
+        profiles.append((label + label_runs, color[pkey], point, low, high))
     plots.append(os.path.join(out_dir, "performance_profile.png"))
     plot_profile(plots[-1], TAUS, profiles, len(scored))
 
