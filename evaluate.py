@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from training.runtime import prepare_process
+
+prepare_process()  # before TensorFlow or Keras is imported anywhere
 os.environ.setdefault("MUJOCO_GL", "egl")  # headless offscreen rendering for video=true
 
 import sys

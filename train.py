@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 
-# Before TensorFlow is imported anywhere: keep its C++ INFO/WARNING lines off the console. (A few
-# lines TF 2.21 prints while loading, before its logging is set up, ignore this and still appear.)
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from training.runtime import prepare_process
+
+prepare_process()  # before TensorFlow or Keras is imported anywhere: Keras' backend, TF's log level
 # Allocate GPU memory as needed rather than all of it up front, so the jobs of a sweep can share a GPU.
 os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
 

@@ -19,6 +19,20 @@ from networks.numpy_forward import dense_forward_fn
 COMPILE_MODES = ("eager", "graph", "xla")
 
 
+
+def check_keras_backend(backend: str) -> None:
+    """The agents are TensorFlow code: refuse Keras running on another backend, naming the fix."""
+    if backend != "tensorflow":
+        raise ImportError(
+            f"the agents are TensorFlow code, but Keras loaded its {backend!r} backend (from KERAS_BACKEND or "
+            f"~/.keras/keras.json). Set KERAS_BACKEND=tensorflow before Keras is imported, as train.py and "
+            f"evaluate.py do (training.runtime.prepare_process)."
+        )
+
+
+check_keras_backend(keras.backend.backend())
+
+
 class UpdateSource(Protocol):
     """What `update_from` draws batches from: the training loop's env steps. Each call receives
     the TD errors of the batches it handed out the previous time (None if none, or on the first

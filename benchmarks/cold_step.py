@@ -14,9 +14,12 @@ from __future__ import annotations
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from training.runtime import prepare_process  # noqa: E402
+
+prepare_process()  # before TensorFlow or Keras is imported anywhere
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402

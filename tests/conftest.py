@@ -1,12 +1,15 @@
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("WANDB_MODE", "offline")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+from training.runtime import prepare_process  # noqa: E402
+
+prepare_process()  # before any test imports TensorFlow or Keras; the subprocesses inherit it
 
 import pytest  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402

@@ -199,3 +199,11 @@ def test_optimizers_are_adam_with_pytorchs_epsilon(make_cfg, agent_name):
         assert optimizers and all(opt.epsilon == 1e-8 for opt in optimizers)
     finally:
         run.close()
+
+
+def test_keras_on_another_backend_is_refused_with_the_fix():
+    from agents.base import check_keras_backend
+
+    check_keras_backend("tensorflow")
+    with pytest.raises(ImportError, match="Set KERAS_BACKEND=tensorflow before Keras is imported"):
+        check_keras_backend("jax")

@@ -11,9 +11,10 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def train(tmp_path, *overrides, timeout=600):
+def train(tmp_path, *overrides, timeout=600, env=None):
     cmd = [sys.executable, "train.py", f"hydra.run.dir={tmp_path}", "progress=false", *overrides]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
 
 
 def read_csv(path):
@@ -23,9 +24,10 @@ def read_csv(path):
 
 @pytest.mark.parametrize("agent", ["td3", "ddpg"])
 def test_smoke_run_just_past_learning_starts(tmp_path, agent):
+    # from a shell set up for JAX work: train.py runs Keras on TensorFlow whatever KERAS_BACKEND says
     proc = train(
         tmp_path, f"agent={agent}", "env=pendulum", "total_steps=300", "learning_starts=200",
-        "eval_every=150", "eval_episodes=1", "batch_size=32", "log_every=100",
+        "eval_every=150", "eval_episodes=1", "batch_size=32", "log_every=100", env={"KERAS_BACKEND": "jax"},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
