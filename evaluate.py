@@ -39,6 +39,9 @@ def main(cfg: DictConfig) -> None:
             if not isinstance(cfg[key], int) or isinstance(cfg[key], bool) or (key != "seed" and cfg[key] < 1):
                 raise ConfigError(f"{key} must be {'an' if key == 'seed' else 'a positive'} integer, got {cfg[key]!r}; "
                                   f"set e.g. {key}={0 if key == 'seed' else 10}.")
+        for key in ("video", "export"):
+            if not isinstance(cfg[key], bool):
+                raise ConfigError(f"{key} must be true or false, got {cfg[key]!r}; set {key}=true or leave it out.")
         r = evaluate_run(os.path.abspath(str(cfg.run_dir)), str(cfg.checkpoint), int(cfg.episodes),
                          int(cfg.seed), bool(cfg.video), int(cfg.video_episodes), bool(cfg.export))
     except (ConfigError, EnvConfigError, CheckpointError, VideoError) as err:

@@ -74,8 +74,8 @@ def resolve_checkpoint(run_dir: str, which: str | int = "latest") -> str:
     if not found:
         raise CheckpointError(
             f"'{run_dir}' has no complete checkpoint. Checkpoints are written every checkpoint_every "
-            f"steps, when a run is stopped by SIGTERM/SIGINT, and at its end; this run wrote none (it was killed "
-            f"before its first one), so there is nothing to continue: start it again as a new run."
+            f"steps, when a run is stopped by SIGTERM/SIGINT, and at its end; this run wrote none (it failed or was "
+            f"killed before its first one), so there is nothing to evaluate or resume: start it again as a new run."
         )
     if str(which) == "latest":
         return found[max(found)]
