@@ -82,3 +82,15 @@ def test_warnings_name_settings_that_run_but_never_learn(make_cfg):
     assert warnings(make_cfg()) == []
     assert warnings(make_cfg("updates_per_step=0")) == [
         "updates_per_step=0: the agent never updates, so it collects data and never learns."]
+
+
+def test_resume_keeps_values_that_interpolated_the_old_total(tmp_path):
+    """Extending a run changes total_steps only: prioritized replay's beta_steps (${total_steps} in
+    conf/buffer/prioritized.yaml) stays at the total the run was planned with."""
+    from training.resume import resume_config
+
+    os.makedirs(tmp_path / ".hydra")
+    OmegaConf.save(OmegaConf.create({"total_steps": 1000, "progress": True,
+                                     "buffer": {"beta_steps": "${total_steps}"}}), tmp_path / ".hydra" / "config.yaml")
+    cfg = resume_config(str(tmp_path), ["total_steps=3000", "progress=false"])
+    assert cfg.total_steps == 3000 and cfg.progress is False and cfg.buffer.beta_steps == 1000

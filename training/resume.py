@@ -44,8 +44,12 @@ def env_label(choices: dict, env_id: str | None, overrides: list[str]) -> str | 
 
 def resume_config(run_dir: str, overrides: list[str]) -> DictConfig:
     """The saved config with the command line's `total_steps`/`progress`/`logger.*`/`wandb.*`
-    applied; any other override is refused, since a resumed run continues the same experiment."""
+    applied; any other override is refused, since a resumed run continues the same experiment.
+    The saved config is resolved first, so a value that interpolates another keeps what it was:
+    extending a run with `total_steps` leaves `buffer.beta_steps: ${total_steps}` at the old total,
+    instead of moving prioritized replay's beta back down its schedule."""
     cfg = load_run_config(run_dir)
+    OmegaConf.resolve(cfg)
     refused = [o for o in overrides if not o.lstrip("+~").startswith(RESUMABLE_OVERRIDES)]
     if refused:
         raise ConfigError(
