@@ -17,6 +17,8 @@ from training.aggregate import (
     iqm,
     minmax_normalize,
     performance_profile,
+    probability_of_improvement,
+    probability_of_improvement_ci,
     run_score_distribution,
     stratified_bootstrap_ci,
 )
@@ -132,6 +134,30 @@ def test_one_run_per_task_or_per_curve_has_no_band():
     assert np.isnan(low).all() and np.isnan(high).all()
     _, low, high = _iqm_band(np.array([[1.0, 2.0], [3.0, 5.0]]), 100, np.random.default_rng(0))
     assert np.all(low < high)  # two runs: a band
+
+
+def test_probability_of_improvement_against_a_direct_count():
+    """rliable's P(X > Y): per task, the share of (x, y) pairs with x above y, ties counting half;
+    then the mean over tasks (not over all pairs pooled)."""
+    x = [[1.0, 3.0, 5.0], [10.0, 10.0]]
+    y = [[2.0, 3.0], [0.0, 10.0, 20.0, 30.0]]
+    # task 1: 1 beats none, 3 beats 2 and ties 3, 5 beats both: (0 + 1.5 + 2) / 6; task 2: each 10 beats 0, ties 10: 3 / 8
+    assert probability_of_improvement(x, y) == pytest.approx(((0 + 1.5 + 2) / 6 + 3 / 8) / 2)
+    assert probability_of_improvement(x, y) + probability_of_improvement(y, x) == pytest.approx(1.0)
+    g = np.random.default_rng(5)
+    x = [g.normal(1.0, 1.0, 6), g.normal(0.0, 1.0, 4)]
+    y = [g.normal(0.0, 1.0, 5), g.normal(0.0, 1.0, 4)]
+
+    def direct(tasks):
+        xs, ys = tasks[:2], tasks[2:]
+        return np.mean([np.mean([1.0 if a > b else 0.5 if a == b else 0.0 for a in xt for b in yt]) for xt, yt in zip(xs, ys)])
+
+    p, low, high = probability_of_improvement_ci(x, y, 300, np.random.default_rng(3))
+    d_low, d_high = direct_bootstrap([*x, *y], direct, 300, 3)  # X's and Y's runs: strata of their own
+    assert p == pytest.approx(direct([*x, *y]))
+    assert low == pytest.approx(d_low) and high == pytest.approx(d_high) and low <= p <= high
+    p, low, high = probability_of_improvement_ci([[1.0], [2.0]], [[0.0], [2.0]], 100, np.random.default_rng(0))
+    assert p == pytest.approx(0.75) and np.isnan(low) and np.isnan(high)  # one run of each per task: no interval
 
 
 def test_minmax_normalize():
@@ -397,3 +423,20 @@ def test_unequal_runs_per_env_are_noted(tmp_path):
     for seed in range(2, 3):
         make_run(os.path.join(root, f"w{seed}"), "td3", "walker2d", seed, (0.0, 5.0, 30.0 + 7 * seed))
     assert "unequal runs per env" not in aggregate([root], reps=50).markdown
+
+
+def test_probability_of_improvement_between_agents_in_the_report(tmp_path):
+    root = str(tmp_path / "sweep")
+    finals = {("td3", "hopper"): [300.0, 320.0, 280.0], ("ddpg", "hopper"): [100.0, 290.0, 120.0],
+              ("td3", "walker2d"): [50.0, 60.0], ("ddpg", "walker2d"): [55.0, 70.0]}
+    for (agent, env), values in finals.items():
+        for seed, final in enumerate(values):
+            make_run(os.path.join(root, f"{agent}_{env}_{seed}"), agent, env, seed, (0.0, final / 2, final))
+    report = aggregate([root], reps=200)
+    rows = read_rows(os.path.join(report.out_dir, "improvement.csv"))
+    assert [(r["x"], r["y"], r["envs"], r["runs_x"], r["runs_y"]) for r in rows] == [("ddpg", "td3", "hopper walker2d", "5", "5")]
+    expected = probability_of_improvement([finals[("ddpg", "hopper")], finals[("ddpg", "walker2d")]],
+                                          [finals[("td3", "hopper")], finals[("td3", "walker2d")]])
+    assert float(rows[0]["p_x_above_y"]) == pytest.approx(expected)  # (1/9 + 3/4) / 2
+    assert float(rows[0]["ci_low"]) <= expected <= float(rows[0]["ci_high"])
+    assert "## Probability of improvement" in report.markdown and f"| {expected:.3f} |" in report.markdown

@@ -40,6 +40,10 @@ Statistics (all over runs, never over the episodes inside one evaluation):
   same final return has no range, so it is left out (and noted). The same normalization gives the "across envs" table: the
   mean (mean over envs of the per-env means, rliable's aggregate mean) and the IQM of the pooled
   normalized runs (rliable's aggregate IQM), with stratified-bootstrap CIs.
+- Probability of improvement (rliable's P(X > Y)), for every pair of groups without the env: the
+  mean over the envs both have of the probability that a run of X ends above a run of Y (ties
+  count half), on the raw final returns, so no normalization is involved. Its CI comes from the
+  stratified bootstrap with X's and Y's runs resampled independently within each env.
 
 What is not clean is reported, never dropped silently: runs without summary.json, or with one older
 than their last evaluation (stopped, crashed, resumed or still running) count with their last
@@ -167,6 +171,32 @@ def aggregate_mean(scores_by_task: Sequence) -> float:
 def aggregate_iqm(scores_by_task: Sequence) -> float:
     """rliable's aggregate IQM: the IQM of all runs of all tasks pooled."""
     return float(iqm(np.concatenate([np.asarray(s, dtype=float) for s in scores_by_task])))
+
+
+def probability_of_improvement(x_by_task: Sequence, y_by_task: Sequence) -> float:
+    """rliable's P(X > Y): the mean over tasks of the probability that a run of X scores above a
+    run of Y on that task (the Mann-Whitney U statistic over the pairs, ties counting half)."""
+    per_task = []
+    for x, y in zip(x_by_task, y_by_task):
+        x, y = np.asarray(x, dtype=float)[:, None], np.asarray(y, dtype=float)[None, :]
+        per_task.append(np.mean((x > y) + 0.5 * (x == y)))
+    return float(np.mean(per_task))
+
+
+def probability_of_improvement_ci(x_by_task: Sequence, y_by_task: Sequence, reps: int = DEFAULT_REPS,
+                                  rng: np.random.Generator | None = None, alpha: float = 1 - CONFIDENCE):
+    """(P(X > Y), CI low, CI high): X's and Y's runs are resampled independently within each task
+    (each is a stratum of its own, rliable's StratifiedIndependentBootstrap). No interval (NaN)
+    when every task has one run of each."""
+    n = len(x_by_task)
+    if n == 0 or n != len(y_by_task):
+        raise ValueError("X and Y need scores on the same tasks, at least one")
+    point = probability_of_improvement(x_by_task, y_by_task)
+    if all(len(x) == 1 and len(y) == 1 for x, y in zip(x_by_task, y_by_task)):
+        return point, np.nan, np.nan
+    low, high = stratified_bootstrap_ci([*x_by_task, *y_by_task],
+                                        lambda s: probability_of_improvement(s[:n], s[n:]), reps, rng, alpha)
+    return point, float(low), float(high)
 
 
 def _rng(seed: int, *what: str) -> np.random.Generator:
@@ -749,7 +779,7 @@ def write_csv(path: str, rows: list[dict], notes: list[list[str]], by: Sequence[
 
 def render_markdown(paths: Sequence[str], by: Sequence[str], reps: int, seed: int, n_runs: int,
                     rows: list[dict], row_notes: list[list[str]], across: list[list[str]],
-                    note_lines: list[str], files: list[str]) -> str:
+                    note_lines: list[str], files: list[str], improvement: Sequence[dict] = ()) -> str:
     ci = f"{CONFIDENCE:.0%} CI"
     table = _md_table(
         ["agent", "env", *by, "runs", "mean", f"mean {ci}", "IQM", f"IQM {ci}", "final step", "notes"],
@@ -783,6 +813,19 @@ def render_markdown(paths: Sequence[str], by: Sequence[str], reps: int, seed: in
         "",
         _md_table(["group", "envs", "runs", "mean", f"mean {ci}", "IQM", f"IQM {ci}"], across),
         "",
+        *([
+            "## Probability of improvement",
+            "",
+            "P(X > Y): the mean over the envs both groups have of the probability that a run of X ends with a higher "
+            "final return than a run of Y (ties count half; P(Y > X) = 1 - P(X > Y)), as in rliable. Raw returns, no "
+            "normalization. CI: stratified bootstrap, X's and Y's runs resampled independently within each env. "
+            "0.5 means neither is ahead; a CI that excludes 0.5 is a difference these runs support.",
+            "",
+            _md_table(["X", "Y", "envs", "runs (X, Y)", "P(X > Y)", ci],
+                      [[d["x"], d["y"], d["envs"], f"{d['runs_x']}, {d['runs_y']}", f"{d['p_x_above_y']:.3f}",
+                        _ci(d["ci_low"], d["ci_high"])] for d in improvement]),
+            "",
+        ] if improvement else []),
         "## Notes",
         "",
         *[f"- {n}" for n in note_lines],
@@ -890,6 +933,25 @@ def aggregate(paths: Sequence[str], by: Sequence[str] = (), out: str | None = No
     plots.append(os.path.join(out_dir, "performance_profile.png"))
     plot_profile(plots[-1], TAUS, profiles, len(scored))
 
+    # Probability of improvement, every pair of groups on the envs both have (raw final returns).
+    improvement = []
+    for i, a in enumerate(profile_keys):
+        for b in profile_keys[i + 1:]:
+            finals = {pk: {key[1]: [r.final_return for r in ms] for key, ms in groups.items() if (key[0], *key[2:]) == pk}
+                      for pk in (a, b)}
+            shared = [e for e in envs if e in finals[a] and e in finals[b]]
+            names = [group_name(pk[0], None, by, pk[1:]) for pk in (a, b)]
+            if not shared:
+                global_notes.append(f"{names[0]} and {names[1]} share no env, so there is no probability of "
+                                    f"improvement between them")
+                continue
+            p, low, high = probability_of_improvement_ci([finals[a][e] for e in shared], [finals[b][e] for e in shared],
+                                                         reps, _rng(seed, "improvement", *map(str, a), "|", *map(str, b)))
+            improvement.append({"x": names[0], "y": names[1], "envs": " ".join(shared),
+                                "runs_x": sum(len(finals[a][e]) for e in shared),
+                                "runs_y": sum(len(finals[b][e]) for e in shared),
+                                "p_x_above_y": p, "ci_low": low, "ci_high": high})
+
     # The notes, results.csv and results.md.
     note_lines = []
     n_incomplete = sum(not r.complete for r in runs)
@@ -911,8 +973,15 @@ def aggregate(paths: Sequence[str], by: Sequence[str] = (), out: str | None = No
                       f"goes on dashed over the runs that went on, while at least {MIN_CURVE_RUNS} remain.")
     csv_path, md_path = os.path.join(out_dir, "results.csv"), os.path.join(out_dir, "results.md")
     write_csv(csv_path, rows, list(notes.values()), by)
+    tables = [csv_path]
+    if improvement:
+        tables.append(os.path.join(out_dir, "improvement.csv"))
+        with open(tables[-1], "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(improvement[0]))
+            writer.writeheader()
+            writer.writerows(improvement)
     markdown = render_markdown(paths, by, reps, seed, len(runs), rows, list(notes.values()), across, note_lines,
-                               [csv_path, *plots])
+                               [*tables, *plots], improvement)
     with open(md_path, "w") as f:
         f.write(markdown)
     return Report(markdown, rows, [md_path, csv_path, *plots], out_dir)
