@@ -26,7 +26,8 @@ Statistics (all over runs, never over the episodes inside one evaluation):
   and one group's interval does not change when other runs join the aggregation.
 - Learning curves (one PNG per env): the IQM over runs of the eval return at each eval step, with
   the 95% bootstrap CI band (none for a single run); a replicate resamples whole runs (the same
-  runs at every step; rliable draws the runs of each step apart, which gives each step the same band). The curve of a group is solid over the eval steps that all its runs have. When runs end at
+  runs at every step; rliable draws the runs of each step apart, which gives each step the same
+  band). The curve of a group is solid over the eval steps that all its runs have. When runs end at
   different steps (incomplete runs), it goes on dashed past the last evaluation every run reached,
   with a lighter band, over the runs that went on, as long as at least 2 of them remain: the IQM
   of fewer runs is a different estimate and may jump where a run drops out, so it is drawn apart.
@@ -34,10 +35,11 @@ Statistics (all over runs, never over the episodes inside one evaluation):
 - Performance profile (one PNG over all envs): for every group without the env (e.g. each agent),
   the run-score distribution F(tau) = mean over envs of the fraction of the group's runs whose
   normalized final return exceeds tau (with equal runs per env this is the fraction of all runs),
-  with a 95% stratified-bootstrap band (none when every env has one run). There are no reference scores, so scores are min-max
-  normalized per env over the final returns of all runs of that env in this aggregation:
-  (R - min) / (max - min). They are relative to these runs only; an env where every run has the
-  same final return has no range, so it is left out (and noted). The same normalization gives the "across envs" table: the
+  with a 95% stratified-bootstrap band (none when every env has one run). There are no reference
+  scores, so scores are min-max normalized per env over the final returns of all runs of that env
+  in this aggregation: (R - min) / (max - min). They are relative to these runs only; an env where
+  every run has the same final return has no range, so it is left out (and noted). The same
+  normalization gives the "across envs" table: the
   mean (mean over envs of the per-env means, rliable's aggregate mean) and the IQM of the pooled
   normalized runs (rliable's aggregate IQM), with stratified-bootstrap CIs.
 - Probability of improvement (rliable's P(X > Y)), for every pair of groups without the env: the
@@ -922,8 +924,7 @@ def aggregate(paths: Sequence[str], by: Sequence[str] = (), out: str | None = No
                                 f"numbers and profile cover {', '.join(e for e in scored if e in by_env)} only, so they "
                                 f"do not compare with groups that cover more envs")
         (m_low, i_low), (m_high, i_high) = (np.nan, np.nan), (np.nan, np.nan)
-        resampled = any(len(t) > 1 for t in tasks)  # with one run per env the bootstrap has nothing to resample
-        if resampled:
+        if any(len(t) > 1 for t in tasks):  # with one run per env the bootstrap has nothing to resample
             (m_low, i_low), (m_high, i_high) = stratified_bootstrap_ci(
                 tasks, lambda s: [aggregate_mean(s), aggregate_iqm(s)], reps, _rng(seed, "across", *pkey))
         across.append([label, str(len(tasks)), f"{sum(len(t) for t in tasks)}{label_runs}", _num(aggregate_mean(tasks)),
