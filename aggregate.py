@@ -1,5 +1,6 @@
 """Aggregate seed sweeps: a results table (mean, IQM and their 95% bootstrap CIs per agent x env),
-learning curves per env and a performance profile across envs, with rliable's methods.
+learning curves per env, a performance profile across envs and the probability of improvement
+between every two groups, with rliable's methods.
 
     python train.py -m agent=td3,ddpg env=hopper,walker2d seed=0,1,2
     python aggregate.py multirun/2026-11-21/12-00-00                  # -> multirun/.../aggregate/
@@ -19,7 +20,7 @@ from training.aggregate import DEFAULT_REPS, AggregateError, aggregate
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Aggregate the runs under sweep dirs (multirun/<date>/<time>) or run dirs: results.md, "
-                    "results.csv, curves_<env>.png and performance_profile.png.")
+                    "results.csv, curves_<env>.png, performance_profile.png and improvement.csv.")
     parser.add_argument("paths", nargs="+", help="sweep dirs or run dirs, searched recursively for runs")
     parser.add_argument("--by", action="append", default=[], metavar="KEY",
                         help="also group by this key: a config group (buffer, network) or a dotted config key "
