@@ -19,7 +19,6 @@ from networks.numpy_forward import dense_forward_fn
 COMPILE_MODES = ("eager", "graph", "xla")
 
 
-
 def check_keras_backend(backend: str) -> None:
     """The agents are TensorFlow code: refuse Keras running on another backend, naming the fix."""
     if backend != "tensorflow":
