@@ -15,6 +15,7 @@ import tensorflow as tf
 from agents import losses
 from buffers.types import Batch
 from networks.numpy_forward import dense_forward_fn
+from networks.precision import check_precision, matmul_precision
 
 COMPILE_MODES = ("eager", "graph", "xla")
 
@@ -173,13 +174,19 @@ class CompiledAgent:
     the acting network (actor or Q-network) as outputs of the same compiled call, and acting runs
     that network's forward pass in numpy on them, so it never uses stale weights. A network that
     is not a plain dense stack, or `fast_act=False`, acts through a tf.function instead.
+    `update_precision` is the dtype of the update's matmuls (`networks.precision`); acting is
+    float32 either way.
 
     Subclasses call `_compile(...)` at the end of their constructor and implement `_update`."""
 
-    def _compile(self, obs_dim: int, acting_net: keras.Model, action_spec: tf.TensorSpec, compile: str, fast_act: bool) -> None:
+    def _compile(
+        self, obs_dim: int, acting_net: keras.Model, action_spec: tf.TensorSpec, compile: str, fast_act: bool,
+        update_precision: str = "float32",
+    ) -> None:
         if compile not in COMPILE_MODES:
             raise ValueError(f"compile must be one of {COMPILE_MODES}, got {compile!r}")
         self.compile_mode = compile
+        self.update_precision = check_precision(update_precision)
         self._acting_net = acting_net
         obs_spec = [tf.TensorSpec([None, obs_dim], tf.float32)]
         self._net_fn = compile_fn(lambda obs: acting_net(obs, training=False), obs_spec, compile)
@@ -235,7 +242,11 @@ class CompiledAgent:
         return {}
 
     def _update_and_read_policy(self, batch: Batch):
-        return self._update(batch), self._read_policy()
+        return self._update_in_precision(batch), self._read_policy()
+
+    def _update_in_precision(self, batch: Batch) -> dict[str, tf.Tensor]:
+        with matmul_precision(self.update_precision):
+            return self._update(batch)
 
     def _read_policy(self) -> tf.Tensor:
         """The acting network's weights, flattened into one tensor (one read back to numpy, not
@@ -263,7 +274,7 @@ class CompiledAgent:
         td_errors = tf.TensorArray(tf.float32, size=k, element_shape=tf.TensorShape([None]), infer_shape=False)
 
         def body(i, _, td_errors):
-            metrics = self._update(Batch(*(x[i] for x in batches)))
+            metrics = self._update_in_precision(Batch(*(x[i] for x in batches)))
             return i + 1, metrics, td_errors.write(i, metrics.pop("td_error"))
 
         _, metrics, td_errors = tf.while_loop(lambda i, *_: i < k, body, (tf.constant(0), metrics, td_errors))
@@ -385,6 +396,7 @@ class DeterministicActorAgent(CompiledAgent):
         compile: str,
         fast_act: bool = True,
         batch_shards: int = 1,
+        update_precision: str = "float32",
     ):
         self.obs_dim = int(obs_dim)
         self.batch_shards = check_shards(batch_shards)
@@ -397,7 +409,7 @@ class DeterministicActorAgent(CompiledAgent):
         self._mid_np = (self._high_np + self._low_np) / 2.0
         self.half_range = tf.constant(self._half_np)
         self.exploration_noise = float(exploration_noise)
-        self._compile_args = (compile, fast_act)
+        self._compile_args = (compile, fast_act, update_precision)
         self._rng = rng
         self._tf_rng = tf.random.Generator.from_seed(tf_seed(rng))
 

@@ -35,10 +35,11 @@ class DDPG(DeterministicActorAgent):
         compile: str = "graph",
         fast_act: bool = True,
         batch_shards: int = 1,
+        update_precision: str = "float32",
     ):
         super().__init__(
             obs_dim, action_low, action_high, network, rng, actor_lr, exploration_noise, compile,
-            fast_act, batch_shards,
+            fast_act, batch_shards, update_precision,
         )
         self.tau = float(tau)
         critic_in = self.obs_dim + self.action_dim

@@ -54,6 +54,7 @@ class DQN(CompiledAgent):
         compile: str = "graph",
         fast_act: bool = True,
         batch_shards: int = 1,
+        update_precision: str = "float32",
     ):
         if loss not in ("huber", "mse"):
             raise ValueError(f"agent.loss must be huber or mse, got {loss!r}")
@@ -79,7 +80,8 @@ class DQN(CompiledAgent):
         self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
         self.explore_steps = _Counter()  # env steps acted with exploration: the epsilon schedule's clock
 
-        self._compile(self.obs_dim, self.q, tf.TensorSpec([None], tf.int32, name="action"), compile, fast_act)
+        action_spec = tf.TensorSpec([None], tf.int32, name="action")
+        self._compile(self.obs_dim, self.q, action_spec, compile, fast_act, update_precision)
 
     # --- acting -------------------------------------------------------------------------
     @property

@@ -38,12 +38,13 @@ class TD3(DeterministicActorAgent):
         compile: str = "graph",
         fast_act: bool = True,
         batch_shards: int = 1,
+        update_precision: str = "float32",
     ):
         if policy_delay < 1:
             raise ValueError(f"agent.policy_delay must be at least 1, got {policy_delay}")
         super().__init__(
             obs_dim, action_low, action_high, network, rng, actor_lr, exploration_noise, compile,
-            fast_act, batch_shards,
+            fast_act, batch_shards, update_precision,
         )
         self.tau = float(tau)
         self.policy_delay = int(policy_delay)

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 import keras
 
+from networks import precision
+
 INITS = ("torch", "keras")
 
 
@@ -26,7 +28,22 @@ def dense(units: int, fan_in: int, init: str, **kwargs) -> keras.layers.Dense:
         bound = 1.0 / math.sqrt(fan_in)
         kwargs.update(kernel_initializer=keras.initializers.RandomUniform(-bound, bound),
                       bias_initializer=keras.initializers.RandomUniform(-bound, bound))
-    return keras.layers.Dense(int(units), **kwargs)
+    return Dense(int(units), **kwargs)
+
+
+@keras.saving.register_keras_serializable(package="tfrl")
+class Dense(keras.layers.Dense):
+    """keras.layers.Dense, with its matmul in the dtype of `networks.precision.matmul_precision`
+    when that is set (while an update with `update_precision=bfloat16` is traced); otherwise
+    Keras' own Dense, unchanged."""
+
+    def call(self, inputs, training=None):
+        if not precision.active(inputs.dtype):
+            return super().call(inputs, training=training)
+        x = precision.matmul(inputs, self.kernel)
+        if self.bias is not None:
+            x = x + self.bias
+        return x if self.activation is None else self.activation(x)
 
 
 def mlp(

@@ -26,3 +26,15 @@ def make_cfg():
             return compose(config_name="config", overrides=list(overrides))
 
     return _make
+
+
+@pytest.fixture
+def matmul_dtypes():
+    """The dtypes of the MatMul ops in a graph and in the functions it calls (tf.cond branches,
+    while-loop bodies)."""
+
+    def _dtypes(graph) -> set:
+        graphs = [graph, *(f.graph for f in graph._functions.values() if hasattr(f, "graph"))]
+        return {op.get_attr("T") for g in graphs for op in g.get_operations() if op.type == "MatMul"}
+
+    return _dtypes

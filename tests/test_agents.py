@@ -167,6 +167,39 @@ def test_batch_shards_compute_the_same_updates(cls, kwargs, shards):
     assert sharded.update_trace_count == 1
 
 
+@pytest.mark.parametrize("cls", AGENTS)
+def test_bfloat16_update_precision_runs_the_updates_matmuls_only_in_bfloat16(cls, matmul_dtypes):
+    """update_precision=bfloat16: every matmul of the update is bfloat16 (float32 ones: none), the
+    update stays close to the float32 one without being it, the weights stay float32, and acting
+    stays the float32 forward pass of those weights (numpy and TF paths alike)."""
+    import tensorflow as tf
+
+    f32, bf16 = make(cls), make(cls, update_precision="bfloat16")
+    plain_act = make(cls, update_precision="bfloat16", fast_act=False)
+    assert matmul_dtypes(f32.update_graph()) == {tf.float32}
+    assert matmul_dtypes(bf16.update_graph()) == {tf.bfloat16}
+    rng = np.random.default_rng(8)
+    for k in (1, 1, 3):  # TD3's delayed update and a fused call included
+        batches = [batch(rng) for _ in range(k)]
+        m_ref = f32.update(batches[0]) if k == 1 else f32.update_many(stack(batches))
+        m_bf = bf16.update(batches[0]) if k == 1 else bf16.update_many(stack(batches))
+        plain_act.update(batches[0]) if k == 1 else plain_act.update_many(stack(batches))
+        np.testing.assert_allclose(m_bf["critic_loss"], m_ref["critic_loss"], rtol=0.05)
+        np.testing.assert_allclose(m_bf["q1"], m_ref["q1"], rtol=0.05, atol=0.01)
+    assert not np.allclose(m_bf["q1"], m_ref["q1"], rtol=1e-6, atol=0)  # bfloat16 did run
+    assert all(w.dtype == np.float32 for w in bf16.actor.get_weights())
+    obs = rng.normal(size=(6, OBS)).astype(np.float32)
+    forward = bf16._np_forward(bf16.actor.get_weights(), obs) * bf16._half_np + bf16._mid_np
+    np.testing.assert_allclose(bf16.act(obs, False), forward, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(plain_act.act(obs, False), bf16.act(obs, False), rtol=1e-5, atol=1e-6)
+    assert bf16.update_trace_count == 1
+
+
+def test_update_precision_must_be_float32_or_bfloat16():
+    with pytest.raises(ValueError, match="update_precision must be one of float32, bfloat16, got 'float16'"):
+        make(TD3, update_precision="float16")
+
+
 def test_batch_shards_must_be_a_positive_integer():
     for bad in (0, -2, 1.5, True):
         with pytest.raises(ValueError, match="batch_shards must be a positive integer"):

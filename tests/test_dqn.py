@@ -253,6 +253,25 @@ def test_batch_shards_compute_the_same_dqn_updates(network, double):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("network", [mlp, dueling_mlp])
+def test_bfloat16_update_precision_for_dqn(network, matmul_dtypes):
+    """Every matmul of the update in bfloat16, the update close to float32's, acting in float32."""
+    net = functools.partial(network, hidden=[8, 8])
+    f32 = DQN(4, 3, net, np.random.default_rng(0))
+    bf16 = DQN(4, 3, net, np.random.default_rng(0), update_precision="bfloat16")
+    bf16.q.set_weights(f32.q.get_weights())
+    bf16.q_target.set_weights(f32.q_target.get_weights())
+    assert matmul_dtypes(bf16.update_graph()) == {tf.bfloat16}
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        b = batch(rng)
+        m_ref, m_bf = f32.update(b), bf16.update(b)
+        np.testing.assert_allclose(m_bf["loss"], m_ref["loss"], rtol=0.05)
+    obs = rng.normal(size=(5, 4)).astype(np.float32)
+    np.testing.assert_allclose(bf16._forward(obs), bf16.q(obs).numpy(), rtol=1e-5, atol=1e-6)
+    assert bf16.update_trace_count == 1
+
+
 def test_greedy_policy_module_acts_like_the_agent_in_this_process():
     agent = DQN(4, 3, functools.partial(mlp, hidden=[8, 8]), np.random.default_rng(0))
     agent.update(batch(np.random.default_rng(3)))

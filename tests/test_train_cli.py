@@ -57,6 +57,7 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
         (["env.id=Pendulm-v1"], "Did you mean Pendulum-v1"),
         (["env.id=LunarLanderContinuous-v3"], "LunarLanderContinuous-v3 needs a package that is not installed"),
         (["compile=fast"], "compile must be eager, graph or xla"),
+        (["update_precision=float16"], "update_precision must be one of float32, bfloat16, got 'float16'; set"),
         (["steps_per_call=-1"], "steps_per_call must be a non-negative integer"),
         (["tf_threads.inter_op=0"], "tf_threads.inter_op must be a positive integer, null (TF's default) or auto"),
         (["tf_threads.intra_op=many"], "tf_threads.intra_op must be a positive integer, null (TF's default) or auto"),

@@ -1,0 +1,50 @@
+"""The dtype of the networks' matmuls while an update is traced (`update_precision`).
+
+`bfloat16` casts the input and the kernel of every dense matmul to bfloat16, multiplies them
+(oneDNN's bfloat16 kernels on an x86 CPU with AVX512-BF16 or AMX, tensor cores on a GPU) and casts
+the product back to float32. Everything else stays float32: the weights, biases, activations,
+losses, gradients as they reach the optimizer, and Adam. The setting holds only while the update
+is traced (`matmul_precision(...)` around it), so acting, evaluation and export run the same
+weights in float32.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import tensorflow as tf
+
+PRECISIONS = {"float32": tf.float32, "bfloat16": tf.bfloat16}
+_stack: list[tf.DType] = []
+
+
+def check_precision(name: str) -> str:
+    if name not in PRECISIONS:
+        raise ValueError(
+            f"update_precision must be one of {', '.join(PRECISIONS)}, got {name!r}; set "
+            f"update_precision=float32 (the default) or bfloat16 (the update's matmuls in bfloat16)."
+        )
+    return name
+
+
+@contextlib.contextmanager
+def matmul_precision(name: str) -> Iterator[None]:
+    """Dense matmuls built inside this context run in `name`'s dtype."""
+    _stack.append(PRECISIONS[check_precision(name)])
+    try:
+        yield
+    finally:
+        _stack.pop()
+
+
+def active(dtype: tf.DType) -> bool:
+    """Whether matmuls on inputs of `dtype` run in another dtype here."""
+    return bool(_stack) and _stack[-1] != dtype
+
+
+def matmul(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
+    """`x @ kernel` in the current matmul dtype, returned in `x`'s dtype."""
+    if not active(x.dtype):
+        return tf.matmul(x, kernel)
+    dtype = _stack[-1]
+    return tf.cast(tf.matmul(tf.cast(x, dtype), tf.cast(kernel, dtype)), x.dtype)
