@@ -38,9 +38,10 @@ class Dense(keras.layers.Dense):
     Keras' own Dense, unchanged."""
 
     def call(self, inputs, training=None):
-        if not precision.active(inputs.dtype):
+        dtype = precision.matmul_dtype(inputs.dtype)
+        if dtype is None:
             return super().call(inputs, training=training)
-        x = precision.matmul(inputs, self.kernel)
+        x = precision.matmul(inputs, self.kernel, dtype)
         if self.bias is not None:
             x = x + self.bias
         return x if self.activation is None else self.activation(x)

@@ -37,14 +37,11 @@ def matmul_precision(name: str) -> Iterator[None]:
         _stack.pop()
 
 
-def active(dtype: tf.DType) -> bool:
-    """Whether matmuls on inputs of `dtype` run in another dtype here."""
-    return bool(_stack) and _stack[-1] != dtype
+def matmul_dtype(dtype: tf.DType) -> tf.DType | None:
+    """The dtype that matmuls on inputs of `dtype` run in here, or None where that is `dtype` itself."""
+    return _stack[-1] if _stack and _stack[-1] != dtype else None
 
 
-def matmul(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
-    """`x @ kernel` in the current matmul dtype, returned in `x`'s dtype."""
-    if not active(x.dtype):
-        return tf.matmul(x, kernel)
-    dtype = _stack[-1]
+def matmul(x: tf.Tensor, kernel: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+    """`x @ kernel` computed in `dtype`, returned in `x`'s dtype."""
     return tf.cast(tf.matmul(tf.cast(x, dtype), tf.cast(kernel, dtype)), x.dtype)

@@ -136,3 +136,44 @@ def test_timed_intervals_start_after_the_tracing_interval():
     intervals = timed_intervals(records, warmup=1000, steps=500, intervals=3)
     assert [(r0[0], r1[0]) for r0, r1 in intervals] == [(1500, 2000), (2000, 2500), (2500, 3000)]
     assert interval_rate(intervals) == 100.0
+
+
+def _sb3_learning():
+    """benchmarks/sb3_learning.py as a module (it runs in SB3's venv; its config mapping needs only
+    hydra and gymnasium, which the project has)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("sb3_learning", os.path.join(ROOT, "benchmarks", "sb3_learning.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _compose_sb3(*overrides):
+    from hydra import compose, initialize_config_dir
+    with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
+        return compose(config_name="sb3_learning", overrides=list(overrides))
+
+
+def test_sb3_learning_takes_the_settings_of_the_same_train_py_run():
+    agent, kwargs = _sb3_learning().sb3_settings(_compose_sb3("agent=td3", "env=hopper", "batch_size=128",
+                                                              "agent.tau=0.01", "network.hidden=[64,32]"))
+    assert agent == "td3"
+    assert kwargs["policy_kwargs"] == {"net_arch": [64, 32], "activation": "relu"}
+    assert (kwargs["batch_size"], kwargs["tau"], kwargs["learning_starts"], kwargs["buffer_size"]) == (128, 0.01, 25000, 1000000)
+    assert (kwargs["policy_delay"], kwargs["target_policy_noise"], kwargs["target_noise_clip"]) == (2, 0.2, 0.5)
+    assert (kwargs["learning_rate"], kwargs["gamma"], kwargs["train_freq"], kwargs["gradient_steps"]) == (3e-4, 0.99, 1, 1)
+    agent, kwargs = _sb3_learning().sb3_settings(_compose_sb3("agent=ddpg", "updates_per_step=0.5", "train_every=4"))
+    assert agent == "ddpg" and (kwargs["train_freq"], kwargs["gradient_steps"]) == (4, 2)
+    assert "policy_delay" not in kwargs
+
+
+def test_sb3_learning_refuses_what_sb3_cannot_reproduce_and_names_each():
+    module = _sb3_learning()
+    with pytest.raises(module.SettingError) as err:
+        module.sb3_settings(_compose_sb3("agent=ddpg", "agent.critic_l2=0.01", "agent.critic_lr=1e-3",
+                                         "buffer=prioritized", "num_envs=2", "update_precision=bfloat16",
+                                         "updates_per_step=0.25"))
+    for what in ("critic_lr", "critic_l2", "PrioritizedReplay", "num_envs 2", "bfloat16", "0.25"):
+        assert what in str(err.value), what
+    with pytest.raises(module.SettingError, match="only td3 and ddpg"):
+        module.sb3_settings(_compose_sb3("agent=dqn", "env=cartpole"))
