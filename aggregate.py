@@ -22,9 +22,10 @@ def main(argv: list[str] | None = None) -> int:
         description="Aggregate the runs under sweep dirs (multirun/<date>/<time>) or run dirs: results.md, "
                     "results.csv, curves_<env>.png, performance_profile.png and improvement.csv.")
     parser.add_argument("paths", nargs="+", help="sweep dirs or run dirs, searched recursively for runs")
-    parser.add_argument("--by", action="append", default=[], metavar="KEY",
+    parser.add_argument("--by", action="append", default=[], metavar="KEY[=VALUE]",
                         help="also group by this key: a config group (buffer, network) or a dotted config key "
-                             "(agent.tau); repeat it or separate keys with commas")
+                             "(agent.tau); repeat it or separate keys with commas. KEY=VALUE: runs that lack "
+                             "the key count as VALUE (--by update_precision=float32 for runs saved before it existed)")
     parser.add_argument("--out", default=None, help="output dir (default: <first path>/aggregate)")
     parser.add_argument("--reps", type=int, default=DEFAULT_REPS,
                         help=f"bootstrap replicates (default {DEFAULT_REPS}; rliable uses 50000)")

@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 from scipy.stats import trim_mean
 
 from training.aggregate import (
+    AggregateError,
     _iqm_band,
     aggregate,
     iqm,
@@ -170,14 +171,14 @@ def test_minmax_normalize():
 
 
 def make_run(run_dir, agent="td3", env="hopper", seed=0, returns=(0.0, 10.0, 20.0), eval_every=1000, complete=True,
-             target=None, env_id=None, buffer="uniform", tau=0.005, overrides=(), eval_csv=True):
+             target=None, env_id=None, buffer="uniform", tau=0.005, overrides=(), eval_csv=True, extra_cfg=None):
     hydra = os.path.join(run_dir, ".hydra")
     os.makedirs(hydra)
     steps = [i * eval_every for i in range(len(returns))]
     cfg = {"seed": seed, "total_steps": 3000, "batch_size": 256, "compile": "graph",
            "agent": {"_target_": target or TARGETS[agent], "tau": tau, "compile": "${compile}"},
            "buffer": {"_target_": f"buffers.{buffer}.Replay", "capacity": 1000000},
-           "env": {"id": env_id or ENV_IDS[env], "total_steps": 3000}}
+           "env": {"id": env_id or ENV_IDS[env], "total_steps": 3000}, **(extra_cfg or {})}
     OmegaConf.save(OmegaConf.create(cfg), os.path.join(hydra, "config.yaml"))
     choices = {"env": env, "buffer": buffer, "network": "mlp", "agent": agent, "tuned": f"{agent}_{env}",
                "hydra/launcher": "basic"}
@@ -378,6 +379,25 @@ def test_by_keys_from_choices_overrides_and_config(tmp_path):
     # a config key with an interpolation (agent.compile: ${compile}) resolves
     report = aggregate([root], by=["agent.compile"], reps=20, out=str(tmp_path / "out2"))
     assert report.rows[0]["agent.compile"] == "graph"
+
+
+def test_by_key_with_a_value_for_the_runs_that_lack_it(tmp_path):
+    # train.py's runs have no `implementation` key; benchmarks/sb3_learning.py's say stable-baselines3
+    root = str(tmp_path / "runs")
+    for seed in (0, 1):
+        make_run(os.path.join(root, f"tfrl_{seed}"), seed=seed, returns=(0.0, 100.0 + seed))
+        make_run(os.path.join(root, f"sb3_{seed}"), seed=seed, returns=(0.0, 50.0 + seed),
+                 extra_cfg={"implementation": "stable-baselines3"})
+    report = aggregate([root], by=["implementation"], reps=50)
+    assert [(r["implementation"], r["n_runs"]) for r in report.rows] == [("(unset)", 2), ("stable-baselines3", 2)]
+    report = aggregate([root], by=["implementation=tfrl"], reps=50)
+    assert [(r["implementation"], r["n_runs"], r["mean"]) for r in report.rows] == [
+        ("stable-baselines3", 2, 50.5), ("tfrl", 2, 100.5)]
+    assert "--by implementation is unset in 2 run(s), shown as tfrl (--by implementation=tfrl)" in report.markdown
+    assert "td3 (implementation=tfrl)" in report.markdown and "(unset)" not in report.markdown
+    # a value for the runs that lack a key does not make a key that no run has
+    with pytest.raises(AggregateError, match="--by implemntation: no run has this key"):
+        aggregate([root], by=["implemntation=tfrl"], reps=50)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -9,7 +9,9 @@ not descend into a run). A run's score over time is the `return_mean` column of 
 final return is its last evaluation. Runs are grouped by agent x env (the Hydra config group
 choices in `.hydra/hydra.yaml`) and by any `--by` keys. A `--by` value comes, in this order, from
 the config group choices (`buffer`, `network`, ...), the run's overrides (`agent.tau=0.01`), or the
-saved config by dotted key (`agent.tau`).
+saved config by dotted key (`agent.tau`); a run with none of these shows the key as unset, or as
+the value `--by key=value` gives the runs that lack the key (runs from before the key existed,
+or train.py's runs beside benchmarks/sb3_learning.py's: `--by implementation=tfrl`).
 
 Statistics (all over runs, never over the episodes inside one evaluation):
 - IQM, the interquartile mean: the mean of the middle 50% of the scores, i.e.
@@ -438,14 +440,29 @@ def load_run(path: str) -> Run | Skipped:
                parse_overrides(override_lines), problems + eval_problems, diverged_at)
 
 
+class ByKey(str):
+    """A --by key. `--by key=value` gives it a default: the value of the runs that lack the key
+    (runs saved before the key existed, or from another program such as benchmarks/sb3_learning.py)."""
+
+    default = _MISSING
+
+    def __new__(cls, spec: str):
+        key, given, default = spec.partition("=")
+        self = super().__new__(cls, key.strip())
+        if given:
+            self.default = default.strip()
+        return self
+
+
 def by_value(run: Run, key: str):
     """A run's value of a --by key: its config group choice, else its override, else its config
-    at the dotted key; _MISSING if it has none."""
+    at the dotted key, else the key's default (`ByKey`); _MISSING if it has none."""
     if key in run.choices:
         return run.choices[key]
     if key in run.overrides:
         return run.overrides[key]
-    return _select(run.cfg, key)
+    value = _select(run.cfg, key)
+    return getattr(key, "default", _MISSING) if value is _MISSING else value
 
 
 # ----------------------------------------------------------------------------------------------
@@ -466,9 +483,8 @@ def group_key(run: Run, by: Sequence[str]) -> tuple:
 def group_runs(runs: list[Run], by: Sequence[str]) -> dict[tuple, list[Run]]:
     """{(agent, env, *by values): runs}, sorted; raises on an unknown --by key and on a group
     that mixes agent classes or env ids under one name."""
-    values = {run.path: [by_value(run, k) for k in by] for run in runs}
-    for i, key in enumerate(by):
-        if all(values[r.path][i] is _MISSING for r in runs):
+    for key in by:
+        if all(by_value(r, str(key)) is _MISSING for r in runs):  # a default does not make a key exist
             groups = sorted({k for r in runs for k in r.choices if "/" not in k})
             raise AggregateError(
                 f"--by {key}: no run has this key: it is not a config group choice in .hydra/hydra.yaml, "
@@ -534,9 +550,10 @@ def group_notes(runs: list[Run], by: Sequence[str]) -> list[str]:
     for r in runs:
         notes.extend(f"{r.label}: {p}" for p in r.problems)
     for key in by:
-        unset = [r.label for r in runs if by_value(r, key) is _MISSING]
+        unset = [r.label for r in runs if by_value(r, str(key)) is _MISSING]
         if unset:
-            notes.append(f"--by {key} is unset in {len(unset)} run(s), shown as {_UNSET}: {', '.join(unset)}")
+            shown = _UNSET if getattr(key, "default", _MISSING) is _MISSING else f"{key.default} (--by {key}={key.default})"
+            notes.append(f"--by {key} is unset in {len(unset)} run(s), shown as {shown}: {', '.join(unset)}")
     return notes
 
 
@@ -714,11 +731,11 @@ class Report:
     out_dir: str
 
 
-def _by_keys(by: Sequence[str]) -> list[str]:
+def _by_keys(by: Sequence[str]) -> list[ByKey]:
     keys = []
     for item in by:
-        for k in item.split(","):
-            k = k.strip()
+        for spec in item.split(","):
+            k = ByKey(spec)
             if k and k not in keys and k not in ("agent", "env"):
                 keys.append(k)
     return keys
