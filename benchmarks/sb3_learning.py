@@ -4,7 +4,7 @@ tfrl's learning. Runs in SB3's venv (`bash benchmarks/setup_sb3.sh`):
 
     benchmarks/.venv-sb3/bin/python benchmarks/sb3_learning.py agent=td3 env=hopper seed=0 total_steps=120000
     uv run python train.py agent=td3 env=hopper seed=0 total_steps=120000
-    uv run python aggregate.py <the run dirs of both> --by implementation
+    uv run python aggregate.py <the run dirs of both> --by implementation=tfrl
 
 The same: the algorithm and its hyper-parameters (learning rate, tau, policy delay, target smoothing
 and exploration noise, both in units of the action half-range as SB3 acts in [-1, 1]), the network's
@@ -88,7 +88,8 @@ def make_env(cfg: DictConfig, eval: bool = False) -> gym.Env:
 
 
 def evaluate(model, env: gym.Env, episodes: int, seed: int) -> dict[str, float]:
-    """train.py's evaluation (training/loop.py `evaluate`) with SB3's deterministic policy."""
+    """train.py's evaluation (training/loop.py `evaluate`, which this venv cannot import: it needs
+    TensorFlow) with SB3's deterministic policy."""
     returns, lengths = [], []
     obs, _ = env.reset(seed=seed)
     for _ in range(episodes):
