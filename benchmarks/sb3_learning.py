@@ -106,13 +106,13 @@ def evaluate(model, env: gym.Env, episodes: int, seed: int) -> dict[str, float]:
             "return_max": float(r.max()), "length_mean": float(np.mean(lengths))}
 
 
-def train(cfg: DictConfig, run_dir: str) -> dict:
+def train(cfg: DictConfig, run_dir: str, agent: str, kwargs: dict) -> dict:
+    """Train SB3's `agent` with `kwargs` (from `sb3_settings(cfg)`), evaluating into run_dir/eval.csv."""
     import torch
     from stable_baselines3 import DDPG, TD3
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.noise import NormalActionNoise
 
-    agent, kwargs = sb3_settings(cfg)
     net = kwargs["policy_kwargs"]
     policy_kwargs = dict(net_arch=net["net_arch"], activation_fn={"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}[net["activation"]])
     if cfg.sb3.threads:
@@ -159,14 +159,14 @@ def train(cfg: DictConfig, run_dir: str) -> dict:
 def main(cfg: DictConfig) -> None:
     run_dir = HydraConfig.get().runtime.output_dir
     try:
-        sb3_settings(cfg)
+        agent, kwargs = sb3_settings(cfg)
     except SettingError as err:
         if HydraConfig.get().mode.name == "RUN" and set(os.listdir(run_dir)) <= {".hydra", "sb3_learning.log"}:
             shutil.rmtree(run_dir, ignore_errors=True)  # Hydra made it for this command; nothing ran
         print(f"error: this run's settings cannot be reproduced with SB3: {err}. Change them on the command "
               f"line, or compare a different run.", file=sys.stderr)
         sys.exit(2)
-    summary = train(cfg, run_dir)
+    summary = train(cfg, run_dir, agent, kwargs)
     with open(os.path.join(run_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     print(json.dumps({k: summary[k] for k in ("steps", "final_return", "best_return", "steps_per_second")}))
