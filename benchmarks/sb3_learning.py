@@ -1,20 +1,29 @@
-"""Stable-Baselines3's TD3 or DDPG, trained with the settings of the train.py run that the same
-overrides compose, and written as a run directory that aggregate.py reads: the reference check of
-tfrl's learning. Runs in SB3's venv (`bash benchmarks/setup_sb3.sh`):
+"""Stable-Baselines3's TD3, DDPG or DQN, trained with the settings of the train.py run that the
+same overrides compose, and written as a run directory that aggregate.py reads: the reference check
+of tfrl's learning. Runs in SB3's venv (`bash benchmarks/setup_sb3.sh`):
 
     benchmarks/.venv-sb3/bin/python benchmarks/sb3_learning.py agent=td3 env=hopper seed=0 total_steps=120000
     uv run python train.py agent=td3 env=hopper seed=0 total_steps=120000
     uv run python aggregate.py <the run dirs of both> --by implementation=tfrl
 
-The same: the algorithm and its hyper-parameters (learning rate, tau, policy delay, target smoothing
-and exploration noise, both in units of the action half-range as SB3 acts in [-1, 1]), the network's
-hidden sizes and activation with PyTorch's default init, batch size, buffer capacity, random steps
-before learning, the update cadence (`updates_per_step`, `train_every`), gamma, truncation kept
-apart from termination, and the evaluation: `eval_episodes` deterministic episodes at step 0, every
-`eval_every` steps and at the end, on an env whose first reset is seeded with seed + 100, written
-to eval.csv with train.py's columns. Not the same: SB3's code and its random streams. A setting SB3
-cannot reproduce (two learning rates, critic weight decay, prioritized or n-step replay, several
-envs, bfloat16 matmuls) is refused with the reason.
+The same: the algorithm and its hyper-parameters, the network's hidden sizes and activation with
+PyTorch's default init, batch size, buffer capacity, random steps before learning, the update
+cadence (`updates_per_step`, `train_every`), gamma, truncation kept apart from termination, and the
+evaluation (training/episodes.py's, with SB3's deterministic policy): `eval_episodes` episodes at
+step 0, every `eval_every` steps and at the end, on an env whose first reset is seeded with seed +
+100, written to eval.csv with train.py's columns.
+- TD3 and DDPG: learning rate, tau, policy delay, target smoothing and exploration noise (in units
+  of the action half-range, as SB3 acts in [-1, 1]).
+- DQN: learning rate, Huber loss, gradient-norm clip, and epsilon's line: tfrl's starts at
+  `eps_start` when learning starts and falls over `eps_decay_steps`, SB3's is a line over the whole
+  run from step 0, so SB3 gets the same line extended back to step 0 (its epsilon before
+  `learning_starts` is unused: both act at random there). The target network is copied at the same
+  rate, every `target_update_every / updates_per_step` env steps; SB3 copies between update phases,
+  so a copy can fall up to one phase's updates from tfrl's, and Polyak averaging (`agent.tau` < 1)
+  needs one update per phase, as SB3 averages between phases.
+Not the same: SB3's code and its random streams. A setting SB3 cannot reproduce (two learning
+rates, critic weight decay, Double DQN, a dueling head, MSE loss, prioritized or n-step replay,
+several envs, bfloat16 matmuls) is refused with the reason.
 """
 from __future__ import annotations
 
@@ -34,26 +43,21 @@ import numpy as np  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-EVAL_COLUMNS = ("step", "return_mean", "return_std", "return_min", "return_max", "length_mean", "wall_time")
-
+from training.episodes import evaluate  # noqa: E402
 
 class SettingError(ValueError):
     """A setting of the composed run that SB3 cannot reproduce."""
 
 
 def sb3_settings(cfg: DictConfig) -> tuple[str, dict]:
-    """("td3" | "ddpg", keyword arguments of SB3's constructor other than env, noise and seed),
-    from the composed train.py config; SettingError where SB3 has no equivalent. The activation is
-    named in `policy_kwargs["activation"]`; `train` turns it into SB3's `activation_fn`."""
+    """("td3" | "ddpg" | "dqn", keyword arguments of SB3's constructor other than env, noise and
+    seed), from the composed train.py config; SettingError, naming every such setting, where SB3
+    has no equivalent. The activation is named in `policy_kwargs["activation"]`, and DQN's
+    `max_grad_norm` is None for no clip; `train` turns them into SB3's `activation_fn` and inf."""
     agent = str(cfg.agent._target_).rsplit(".", 1)[-1].lower()
-    if agent not in ("td3", "ddpg"):
-        raise SettingError(f"agent {cfg.agent._target_}: only td3 and ddpg are compared with SB3 here")
-    a = cfg.agent
+    if agent not in ("td3", "ddpg", "dqn"):
+        raise SettingError(f"agent {cfg.agent._target_}: only td3, ddpg and dqn are compared with SB3 here")
     problems = []
-    if float(a.actor_lr) != float(a.critic_lr):
-        problems.append(f"actor_lr {a.actor_lr} != critic_lr {a.critic_lr} (SB3 has one learning_rate)")
-    if float(a.get("critic_l2", 0.0)) != 0.0:
-        problems.append("critic_l2 (SB3's critic has no weight decay)")
     if not str(cfg.buffer._target_).endswith("UniformReplay") or int(cfg.buffer.get("n_step", 1)) != 1:
         problems.append(f"buffer {cfg.buffer._target_} n_step {cfg.buffer.get('n_step', 1)} (compare with uniform, n_step 1)")
     if int(cfg.num_envs) != 1:
@@ -67,19 +71,72 @@ def sb3_settings(cfg: DictConfig) -> tuple[str, dict]:
     gradient_steps = float(cfg.updates_per_step) * int(cfg.train_every)
     if gradient_steps != int(gradient_steps) or gradient_steps < 1:
         problems.append(f"updates_per_step x train_every = {gradient_steps} (SB3 needs a whole number of updates per phase)")
-    if problems:
-        raise SettingError("; ".join(problems))
     kwargs = dict(
-        learning_rate=float(a.actor_lr), buffer_size=int(cfg.buffer.capacity), learning_starts=int(cfg.learning_starts),
-        batch_size=int(cfg.batch_size), tau=float(a.tau), gamma=float(cfg.gamma),
+        buffer_size=int(cfg.buffer.capacity), learning_starts=int(cfg.learning_starts),
+        batch_size=int(cfg.batch_size), gamma=float(cfg.gamma),
         train_freq=int(cfg.train_every), gradient_steps=int(gradient_steps),
         policy_kwargs=dict(net_arch=[int(h) for h in cfg.network.hidden], activation=str(cfg.network.activation)),
         device="cpu", verbose=0,
     )
+    if agent == "dqn":
+        kwargs.update(_dqn_settings(cfg, int(gradient_steps), problems))
+    else:
+        kwargs.update(_actor_critic_settings(cfg, agent, problems))
+    if problems:
+        raise SettingError("; ".join(problems))
+    return agent, kwargs
+
+
+def _actor_critic_settings(cfg: DictConfig, agent: str, problems: list[str]) -> dict:
+    """TD3's and DDPG's own arguments; what SB3 cannot reproduce is appended to `problems`."""
+    a = cfg.agent
+    if float(a.actor_lr) != float(a.critic_lr):
+        problems.append(f"actor_lr {a.actor_lr} != critic_lr {a.critic_lr} (SB3 has one learning_rate)")
+    if float(a.get("critic_l2", 0.0)) != 0.0:
+        problems.append("critic_l2 (SB3's critic has no weight decay)")
+    kwargs = dict(learning_rate=float(a.actor_lr), tau=float(a.tau))
     if agent == "td3":
         kwargs.update(policy_delay=int(a.policy_delay), target_policy_noise=float(a.target_noise),
                       target_noise_clip=float(a.noise_clip))
-    return agent, kwargs
+    return kwargs
+
+
+def _dqn_settings(cfg: DictConfig, phase_updates: int, problems: list[str]) -> dict:
+    """DQN's own arguments (`phase_updates`: updates per phase); what SB3 cannot reproduce is
+    appended to `problems`."""
+    a = cfg.agent
+    if bool(a.double):
+        problems.append("agent.double=true (SB3's DQN is plain DQN: compare with agent.double=false)")
+    if str(cfg.network._target_).endswith("dueling_mlp"):
+        problems.append("network=dueling_mlp (SB3's DQN has no dueling head: network=mlp)")
+    if a.loss != "huber":
+        problems.append(f"agent.loss={a.loss} (SB3's DQN uses the Huber loss)")
+    updates_per_step, train_every = float(cfg.updates_per_step), int(cfg.train_every)
+    tau = float(a.tau)
+    if tau < 1.0:
+        interval = train_every  # one Polyak step between phases, as tfrl's one per update
+        if phase_updates != 1:
+            problems.append(f"agent.tau={tau} with {phase_updates} updates per phase (tfrl averages the target "
+                            "after each update, SB3 between phases: compare with one update per phase)")
+    else:
+        interval = int(a.target_update_every) / updates_per_step  # env steps between copies
+        if interval != int(interval) or int(a.target_update_every) < phase_updates:
+            problems.append(f"agent.target_update_every={a.target_update_every} updates at {phase_updates} per phase "
+                            f"and {updates_per_step} per env step (SB3 copies the target between phases, every "
+                            "whole number of env steps: make it a whole number of env steps and at least one phase)")
+    start, end, decay = float(a.eps_start), float(a.eps_end), int(a.eps_decay_steps)
+    if decay < 1:
+        problems.append(f"agent.eps_decay_steps={decay} (SB3's epsilon needs a line of at least one step)")
+        decay = 1
+    learning_starts, total = int(cfg.learning_starts), int(cfg.total_steps)
+    return dict(
+        learning_rate=float(a.lr), tau=tau, target_update_interval=max(int(interval), 1),
+        max_grad_norm=float(a.max_grad_norm) if a.max_grad_norm else None,  # None: no clip
+        # tfrl's line, from (learning_starts, eps_start) to (learning_starts + decay, eps_end), as
+        # SB3's: from step 0 (the same line extended back) to a fraction of the run
+        exploration_initial_eps=start + (start - end) * learning_starts / decay,
+        exploration_final_eps=end, exploration_fraction=(learning_starts + decay) / total,
+    )
 
 
 def make_env(cfg: DictConfig, eval: bool = False) -> gym.Env:
@@ -87,29 +144,20 @@ def make_env(cfg: DictConfig, eval: bool = False) -> gym.Env:
     return gym.make(cfg.env.id, max_episode_steps=limit, **dict(cfg.env.kwargs))
 
 
-def evaluate(model, env: gym.Env, episodes: int, seed: int) -> dict[str, float]:
-    """train.py's evaluation (training/loop.py `evaluate`, which this venv cannot import: it needs
-    TensorFlow) with SB3's deterministic policy."""
-    returns, lengths = [], []
-    obs, _ = env.reset(seed=seed)
-    for _ in range(episodes):
-        done, ret, length = False, 0.0, 0
-        while not done:
-            action, _ = model.predict(obs, deterministic=True)
-            obs, reward, terminated, truncated, _ = env.step(action)
-            ret, length, done = ret + float(reward), length + 1, terminated or truncated
-        returns.append(ret)
-        lengths.append(length)
-        obs, _ = env.reset()
-    r = np.asarray(returns)
-    return {"return_mean": float(r.mean()), "return_std": float(r.std()), "return_min": float(r.min()),
-            "return_max": float(r.max()), "length_mean": float(np.mean(lengths))}
+class SB3Policy:
+    """SB3's deterministic policy behind the Agent protocol's `act`, for training/episodes.py."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def act(self, obs: np.ndarray, explore: bool) -> np.ndarray:
+        return self.model.predict(obs, deterministic=not explore)[0]
 
 
 def train(cfg: DictConfig, run_dir: str, agent: str, kwargs: dict) -> dict:
     """Train SB3's `agent` with `kwargs` (from `sb3_settings(cfg)`), evaluating into run_dir/eval.csv."""
     import torch
-    from stable_baselines3 import DDPG, TD3
+    from stable_baselines3 import DDPG, DQN, TD3
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.noise import NormalActionNoise
 
@@ -118,22 +166,28 @@ def train(cfg: DictConfig, run_dir: str, agent: str, kwargs: dict) -> dict:
     if cfg.sb3.threads:
         torch.set_num_threads(int(cfg.sb3.threads))
     env, eval_env = make_env(cfg), make_env(cfg, eval=True)
-    n = env.action_space.shape[0]  # SB3 acts in [-1, 1], so its noise is in units of the half-range
-    noise = NormalActionNoise(np.zeros(n), float(cfg.agent.exploration_noise) * np.ones(n))
-    model = {"td3": TD3, "ddpg": DDPG}[agent]("MlpPolicy", env, action_noise=noise, seed=int(cfg.seed),
-                                              **{**kwargs, "policy_kwargs": policy_kwargs})
+    model_kwargs = {**kwargs, "policy_kwargs": policy_kwargs}
+    if agent == "dqn":
+        model_kwargs["max_grad_norm"] = kwargs["max_grad_norm"] or float("inf")  # SB3 always clips
+        model = DQN("MlpPolicy", env, seed=int(cfg.seed), **model_kwargs)
+    else:
+        n = env.action_space.shape[0]  # SB3 acts in [-1, 1], so its noise is in units of the half-range
+        noise = NormalActionNoise(np.zeros(n), float(cfg.agent.exploration_noise) * np.ones(n))
+        model = {"td3": TD3, "ddpg": DDPG}[agent]("MlpPolicy", env, action_noise=noise, seed=int(cfg.seed), **model_kwargs)
+    policy = SB3Policy(model)
     total, every, episodes, eval_seed = int(cfg.total_steps), int(cfg.eval_every), int(cfg.eval_episodes), int(cfg.seed) + 100
     evals: list[dict] = []
     t0 = time.perf_counter()
     path = os.path.join(run_dir, "eval.csv")
     with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=EVAL_COLUMNS)
-        writer.writeheader()
+        writer = csv.writer(f)
 
         def record(step: int) -> None:
-            result = {"step": step, **evaluate(model, eval_env, episodes, eval_seed), "wall_time": time.perf_counter() - t0}
+            result = {"step": step, **evaluate(policy, eval_env, episodes, eval_seed), "wall_time": time.perf_counter() - t0}
+            if not evals:  # train.py's columns, with success_rate where the env reports it
+                writer.writerow(result.keys())
             evals.append(result)
-            writer.writerow(result)
+            writer.writerow(result.values())
             f.flush()
             print(f"step {step}: eval return {result['return_mean']:.1f}", flush=True)
 
@@ -141,7 +195,9 @@ def train(cfg: DictConfig, run_dir: str, agent: str, kwargs: dict) -> dict:
             def _on_step(self) -> bool:
                 if self.num_timesteps % every == 0 and self.num_timesteps < total:
                     record(self.num_timesteps)
-                return True
+                # SB3 collects whole phases of train_freq steps; stop at total_steps as train.py
+                # does, without the phase the rest would have reached
+                return self.num_timesteps < total or total % int(cfg.train_every) == 0
 
         record(0)
         model.learn(total_timesteps=total, callback=EvalEvery())

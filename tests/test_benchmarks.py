@@ -175,5 +175,52 @@ def test_sb3_learning_refuses_what_sb3_cannot_reproduce_and_names_each():
                                          "updates_per_step=0.25"))
     for what in ("critic_lr", "critic_l2", "PrioritizedReplay", "num_envs 2", "bfloat16", "0.25"):
         assert what in str(err.value), what
-    with pytest.raises(module.SettingError, match="only td3 and ddpg"):
-        module.sb3_settings(_compose_sb3("agent=dqn", "env=cartpole"))
+    with pytest.raises(module.SettingError) as err:
+        module.sb3_settings(_compose_sb3("agent=dqn", "env=cartpole", "network=dueling_mlp", "agent.double=true",
+                                         "agent.loss=mse", "agent.target_update_every=100"))
+    for what in ("agent.double=true", "dueling_mlp", "agent.loss=mse", "target_update_every=100"):
+        assert what in str(err.value), what
+    with pytest.raises(module.SettingError, match="agent.tau=0.01 with 128 updates per phase"):
+        module.sb3_settings(_compose_sb3("agent=dqn", "env=cartpole", "agent.tau=0.01"))
+
+
+def test_sb3_learning_gives_dqn_the_same_target_copies_and_epsilon():
+    """The CartPole preset (after rl-baselines3-zoo): 128 updates every 256 steps from step 1024,
+    a copy every 128 updates, epsilon 0.9078 at step 768 falling to 0.04 at step 8000."""
+    agent, kwargs = _sb3_learning().sb3_settings(_compose_sb3("agent=dqn", "env=cartpole"))
+    assert agent == "dqn"
+    assert (kwargs["learning_starts"], kwargs["train_freq"], kwargs["gradient_steps"]) == (768, 256, 128)
+    assert (kwargs["learning_rate"], kwargs["batch_size"], kwargs["buffer_size"], kwargs["tau"]) == (2.3e-3, 64, 100000, 1.0)
+    assert kwargs["target_update_interval"] == 256 and kwargs["max_grad_norm"] == 10.0
+    assert kwargs["policy_kwargs"] == {"net_arch": [256, 256], "activation": "relu"}
+
+    def sb3_epsilon(step):  # SB3's LinearSchedule at progress step / total_steps
+        progress, k = step / 50000, kwargs
+        if progress > k["exploration_fraction"]:
+            return k["exploration_final_eps"]
+        return k["exploration_initial_eps"] + progress * (k["exploration_final_eps"] - k["exploration_initial_eps"]) / k["exploration_fraction"]
+
+    from agents.losses import linear_schedule
+    for step in (768, 1000, 4000, 7999, 8000, 20000):  # tfrl's clock starts at learning_starts
+        assert sb3_epsilon(step) == pytest.approx(linear_schedule(0.9078, 0.04, 7232, step - 768)), step
+    # one update per env step: a copy every 500 updates is one every 500 env steps; Polyak averaging
+    # after every update is SB3's averaging every env step
+    _, kwargs = _sb3_learning().sb3_settings(_compose_sb3("agent=dqn", "env=cartpole", "updates_per_step=1",
+                                                          "train_every=1", "agent.target_update_every=500"))
+    assert kwargs["target_update_interval"] == 500
+    _, kwargs = _sb3_learning().sb3_settings(_compose_sb3("agent=dqn", "env=cartpole", "updates_per_step=0.25",
+                                                          "train_every=4", "agent.tau=0.01", "agent.max_grad_norm=null"))
+    assert (kwargs["target_update_interval"], kwargs["tau"], kwargs["max_grad_norm"]) == (4, 0.01, None)
+
+
+def test_sb3_learning_loads_no_tensorflow():
+    """SB3's venv has no TensorFlow: sb3_learning.py and the evaluation it shares with train.py
+    (training/episodes.py) must import without it."""
+    code = ("import importlib.util, sys; "
+            f"spec = importlib.util.spec_from_file_location('sb3_learning', {os.path.join(ROOT, 'benchmarks', 'sb3_learning.py')!r}); "
+            "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module); "
+            "assert module.evaluate.__module__ == 'training.episodes'; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras')))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

@@ -11,7 +11,7 @@ from envs.factory import check_action_space, make_env
 from envs.video import record_videos
 from training.builder import agent_class, build_agent, eval_env_args
 from training.checkpoints import Checkpointer, resolve_checkpoint, verify
-from training.loop import evaluate
+from training.episodes import evaluate
 from training.resume import load_run_config
 from training.runner import describe
 from training.seeding import configure_devices, seed_everything

@@ -12,6 +12,7 @@ from tqdm.auto import tqdm
 
 from agents.base import Agent
 from buffers.types import Buffer
+from training.episodes import evaluate
 from training.loggers import Logger
 
 
@@ -58,37 +59,6 @@ class LoopHooks:
 
     checkpoint: Callable[[LoopState, str], None] = lambda state, kind: None
     stop_requested: Callable[[], bool] = lambda: False
-
-
-def evaluate(agent: Agent, env: gym.Env, episodes: int, seed: int) -> dict[str, float]:
-    """Deterministic episodes (no exploration noise). The first reset is seeded with `seed`, so
-    every evaluation of a run starts from the same initial states."""
-    returns, lengths, successes = [], [], []
-    obs, _ = env.reset(seed=seed)
-    for _ in range(episodes):
-        done, ret, length, info = False, 0.0, 0, {}
-        while not done:
-            action = agent.act(obs[None], explore=False)[0]
-            obs, reward, terminated, truncated, info = env.step(action)
-            ret += float(reward)
-            length += 1
-            done = terminated or truncated
-        returns.append(ret)
-        lengths.append(length)
-        if "is_success" in info:  # gymnasium's convention for goal-reaching tasks
-            successes.append(float(info["is_success"]))
-        obs, _ = env.reset()
-    r = np.asarray(returns)
-    result = {
-        "return_mean": float(r.mean()),
-        "return_std": float(r.std()),
-        "return_min": float(r.min()),
-        "return_max": float(r.max()),
-        "length_mean": float(np.mean(lengths)),
-    }
-    if successes:
-        result["success_rate"] = float(np.mean(successes))
-    return result
 
 
 def _transition_next_obs(next_obs: np.ndarray, infos: dict, done: np.ndarray) -> np.ndarray:
