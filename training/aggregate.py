@@ -454,15 +454,20 @@ class ByKey(str):
         return self
 
 
-def by_value(run: Run, key: str):
-    """A run's value of a --by key: its config group choice, else its override, else its config
-    at the dotted key, else the key's default (`ByKey`); _MISSING if it has none."""
+def config_value(run: Run, key: str):
+    """A run's own value of a key: its config group choice, else its override, else its config at
+    the dotted key; _MISSING if it has none."""
     if key in run.choices:
         return run.choices[key]
     if key in run.overrides:
         return run.overrides[key]
-    value = _select(run.cfg, key)
-    return getattr(key, "default", _MISSING) if value is _MISSING else value
+    return _select(run.cfg, key)
+
+
+def by_value(run: Run, key: ByKey):
+    """A run's value of a --by key: its own (`config_value`), else the key's default."""
+    value = config_value(run, key)
+    return key.default if value is _MISSING else value
 
 
 # ----------------------------------------------------------------------------------------------
@@ -475,16 +480,16 @@ def group_name(agent: str, env: str | None, by: Sequence[str], values: Sequence[
     return f"{name} ({extra})" if extra else name
 
 
-def group_key(run: Run, by: Sequence[str]) -> tuple:
+def group_key(run: Run, by: Sequence[ByKey]) -> tuple:
     """(agent, env, *by values as text): the group a run belongs to."""
     return (run.agent, run.env, *[format_value(by_value(run, k)) for k in by])
 
 
-def group_runs(runs: list[Run], by: Sequence[str]) -> dict[tuple, list[Run]]:
+def group_runs(runs: list[Run], by: Sequence[ByKey]) -> dict[tuple, list[Run]]:
     """{(agent, env, *by values): runs}, sorted; raises on an unknown --by key and on a group
     that mixes agent classes or env ids under one name."""
     for key in by:
-        if all(by_value(r, str(key)) is _MISSING for r in runs):  # a default does not make a key exist
+        if all(config_value(r, key) is _MISSING for r in runs):  # a default does not make a key exist
             groups = sorted({k for r in runs for k in r.choices if "/" not in k})
             raise AggregateError(
                 f"--by {key}: no run has this key: it is not a config group choice in .hydra/hydra.yaml, "
@@ -514,7 +519,7 @@ def _neutral(key: str) -> bool:
     return any(key == k or key.startswith(k + ".") for k in _NEUTRAL_OVERRIDES)
 
 
-def group_notes(runs: list[Run], by: Sequence[str]) -> list[str]:
+def group_notes(runs: list[Run], by: Sequence[ByKey]) -> list[str]:
     """What a reader of the group's numbers must know: incomplete runs, unequal lengths, runs
     that differ in more than the seed, repeated seeds, unreadable eval rows, unset --by keys."""
     notes = []
@@ -537,7 +542,7 @@ def group_notes(runs: list[Run], by: Sequence[str]) -> list[str]:
         notes.append("runs end at steps " + ", ".join(parts) + "; the final return is each run's last evaluation")
     keys = sorted({k for r in runs for k in r.overrides if not _neutral(k) and k not in by and k not in ("agent", "env")})
     for key in keys:
-        spelled = Counter(format_value(by_value(r, key)) for r in runs)
+        spelled = Counter(format_value(config_value(r, key)) for r in runs)
         if len(spelled) > 1:
             counts = [f"{v}: {n} run(s)" for v, n in sorted(spelled.items(), key=lambda kv: _value_order(kv[0]))]
             if len(counts) > 6:
@@ -550,9 +555,9 @@ def group_notes(runs: list[Run], by: Sequence[str]) -> list[str]:
     for r in runs:
         notes.extend(f"{r.label}: {p}" for p in r.problems)
     for key in by:
-        unset = [r.label for r in runs if by_value(r, str(key)) is _MISSING]
+        unset = [r.label for r in runs if config_value(r, key) is _MISSING]
         if unset:
-            shown = _UNSET if getattr(key, "default", _MISSING) is _MISSING else f"{key.default} (--by {key}={key.default})"
+            shown = _UNSET if key.default is _MISSING else f"{key.default} (--by {key}={key.default})"
             notes.append(f"--by {key} is unset in {len(unset)} run(s), shown as {shown}: {', '.join(unset)}")
     return notes
 
