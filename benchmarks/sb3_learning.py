@@ -45,6 +45,7 @@ from omegaconf import DictConfig  # noqa: E402
 
 from training.episodes import evaluate  # noqa: E402
 
+
 class SettingError(ValueError):
     """A setting of the composed run that SB3 cannot reproduce."""
 
