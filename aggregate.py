@@ -6,6 +6,7 @@ between every two groups, with rliable's methods.
     python aggregate.py multirun/2026-11-21/12-00-00                  # -> multirun/.../aggregate/
     python aggregate.py sweep_a sweep_b outputs/2026-11-22/09-00-00 --by buffer --out results/
     python aggregate.py multirun/... --by agent.tau --reps 50000 --seed 1
+    python aggregate.py multirun/... --last 5                       # score = mean of the last 5 evaluations
 
 The methods and how incomplete runs are handled: training/aggregate.py.
 """
@@ -32,10 +33,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
     parser.add_argument("--complete-only", action="store_true",
                         help="leave out incomplete runs (no summary.json, or one older than their last evaluation; listed as skipped) instead of counting their last evaluation")
+    parser.add_argument("--last", type=int, default=1, metavar="K",
+                        help="score each run by the mean return of its last K evaluations (default 1: its final "
+                             "return); K > 1 keeps a policy that dips at one evaluation from deciding its score")
     args = parser.parse_args(argv)
     try:
         report = aggregate(args.paths, by=args.by, out=args.out, reps=args.reps, seed=args.seed,
-                           complete_only=args.complete_only)
+                           complete_only=args.complete_only, last=args.last)
     except AggregateError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

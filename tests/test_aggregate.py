@@ -340,7 +340,7 @@ def test_an_env_where_every_run_scores_the_same_is_left_out_across_envs(tmp_path
             make_run(os.path.join(root, f"{agent}_h{seed}"), agent, "hopper", seed, (0.0, final))
             make_run(os.path.join(root, f"{agent}_w{seed}"), agent, "walker2d", seed, (0.0, 1000.0))  # all alike
     report = aggregate([root], reps=100)
-    assert "walker2d: every run has the same final return (1000.0)" in report.markdown
+    assert "walker2d: every run has the same score (1000.0)" in report.markdown
     across = report.markdown.split("## Across envs")[1].split("## Notes")[0]
     # normalized on hopper alone: ddpg (0, 0.25), td3 (0.5, 1); pinning walker2d at 1 would lift both means
     assert "| ddpg | 1 | 2 | 0.125 |" in across and "| td3 | 1 | 2 | 0.750 |" in across
@@ -460,3 +460,40 @@ def test_probability_of_improvement_between_agents_in_the_report(tmp_path):
     assert float(rows[0]["p_x_above_y"]) == pytest.approx(expected)  # (1/9 + 3/4) / 2
     assert float(rows[0]["ci_low"]) <= expected <= float(rows[0]["ci_high"])
     assert "## Probability of improvement" in report.markdown and f"| {expected:.3f} |" in report.markdown
+
+
+def test_last_k_scores_each_run_by_the_mean_of_its_last_k_evaluations(tmp_path):
+    """--last 3: td3 ends above ddpg at the final evaluation but below it over the last three
+    (its policy dipped before the end), so every statistic of the score turns around; a run with
+    fewer evaluations than K is scored over what it has, and noted."""
+    root = str(tmp_path / "sweep")
+    curves = {"td3": [(0.0, 50.0, 10.0, 20.0, 100.0), (0.0, 60.0, 0.0, 30.0, 110.0), (0.0, 40.0, 20.0, 10.0, 90.0)],
+              "ddpg": [(0.0, 70.0, 70.0, 70.0, 80.0), (0.0, 80.0, 60.0, 80.0, 70.0), (0.0, 60.0, 80.0, 60.0, 75.0)]}
+    for agent, runs in curves.items():
+        for seed, returns in enumerate(runs):
+            make_run(os.path.join(root, f"{agent}{seed}"), agent, "hopper", seed, returns)
+    final = aggregate([root], reps=200, out=str(tmp_path / "final"))
+    smooth = aggregate([root], reps=200, out=str(tmp_path / "last3"), last=3)
+    for report, k in ((final, 1), (smooth, 3)):
+        rows = {r["agent"]: r for r in read_rows(os.path.join(report.out_dir, "results.csv"))}
+        for agent, runs in curves.items():
+            assert float(rows[agent]["mean"]) == pytest.approx(np.mean([np.mean(r[-k:]) for r in runs]))
+            assert rows[agent]["score_evals"] == str(k)
+        p = float(read_rows(os.path.join(report.out_dir, "improvement.csv"))[0]["p_x_above_y"])  # P(ddpg > td3)
+        assert p == (0.0 if k == 1 else 1.0)
+    assert "the mean `return_mean` of each run's last 3 evaluations" in smooth.markdown
+    assert "last evaluation" in final.markdown and "last 3" not in final.markdown
+
+    # a run with two evaluations, and a run evaluated twice as often: both noted
+    make_run(os.path.join(root, "td3short"), "td3", "hopper", 3, (0.0, 40.0))
+    make_run(os.path.join(root, "td3dense"), "td3", "hopper", 4, (0.0, 20.0, 40.0, 60.0, 80.0), eval_every=500)
+    report = aggregate([root], reps=50, out=str(tmp_path / "short"), last=3)
+    row = next(r for r in read_rows(os.path.join(report.out_dir, "results.csv")) if r["agent"] == "td3")
+    scores = [np.mean(r[-3:]) for r in curves["td3"]] + [20.0, 60.0]
+    assert float(row["mean"]) == pytest.approx(np.mean(scores))
+    assert "1 run(s) have fewer than the 3 evaluations --last 3 averages" in report.markdown
+    assert "seed=3 (" in report.markdown
+    assert "the last 3 evaluations span different numbers of steps in different runs (1000: 2 run(s), 2000: 3 run(s))" \
+        in report.markdown
+
+    assert_usage_error(cli(root, "--last", 0), "--last 0", "at least 1")

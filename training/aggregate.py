@@ -5,9 +5,13 @@ Edge of the Statistical Precipice").
     python aggregate.py multirun/2026-11-21/12-00-00 [more sweep or run dirs] [--by buffer] [--out DIR]
 
 Runs. Every directory holding `.hydra/config.yaml` under the given paths is a run (the search does
-not descend into a run). A run's score over time is the `return_mean` column of its `eval.csv`; its
-final return is its last evaluation. Runs are grouped by agent x env (the Hydra config group
-choices in `.hydra/hydra.yaml`) and by any `--by` keys. A `--by` value comes, in this order, from
+not descend into a run). A run's learning curve is the `return_mean` column of its `eval.csv`. Its
+score, which every table, profile and probability below is of, is its final return (its last
+evaluation), or with `--last K` the mean of its last K evaluations, so that a policy whose return
+dips from one evaluation to the next (DQN's greedy policy often does) is not judged by one
+evaluation; a run with fewer than K evaluations is scored over all it has, and noted.
+Runs are grouped by agent x env (the Hydra config group choices in `.hydra/hydra.yaml`) and by any
+`--by` keys. A `--by` value comes, in this order, from
 the config group choices (`buffer`, `network`, ...), the run's overrides (`agent.tau=0.01`), or the
 saved config by dotted key (`agent.tau`); a run with none of these shows the key as unset, or as
 the value `--by key=value` gives the runs that lack the key (runs from before the key existed,
@@ -36,23 +40,23 @@ Statistics (all over runs, never over the episodes inside one evaluation):
   The notes say where a curve turns dashed, over how many runs, and which steps are not drawn.
 - Performance profile (one PNG over all envs): for every group without the env (e.g. each agent),
   the run-score distribution F(tau) = mean over envs of the fraction of the group's runs whose
-  normalized final return exceeds tau (with equal runs per env this is the fraction of all runs),
+  normalized score exceeds tau (with equal runs per env this is the fraction of all runs),
   with a 95% stratified-bootstrap band (none when every env has one run). There are no reference
-  scores, so scores are min-max normalized per env over the final returns of all runs of that env
+  scores, so scores are min-max normalized per env over the scores of all runs of that env
   in this aggregation: (R - min) / (max - min). They are relative to these runs only; an env where
-  every run has the same final return has no range, so it is left out (and noted). The same
+  every run has the same score has no range, so it is left out (and noted). The same
   normalization gives the "across envs" table: the
   mean (mean over envs of the per-env means, rliable's aggregate mean) and the IQM of the pooled
   normalized runs (rliable's aggregate IQM), with stratified-bootstrap CIs.
 - Probability of improvement (rliable's P(X > Y)), for every pair of groups without the env: the
   mean over the envs both have of the probability that a run of X ends above a run of Y (ties
-  count half), on the raw final returns, so no normalization is involved. Its CI comes from the
+  count half), on the raw scores, so no normalization is involved. Its CI comes from the
   stratified bootstrap with X's and Y's runs resampled independently within each env.
 
 What is not clean is reported, never dropped silently: runs without summary.json, or with one older
 than their last evaluation (stopped, crashed, resumed or still running) count with their last
 evaluation and are listed as incomplete (with `--complete-only` they are left out and listed as
-skipped); a run whose evaluation return became NaN or infinite diverged: it has no final return,
+skipped); a run whose evaluation return became NaN or infinite diverged: it has no score,
 so it is left out of the statistics and counted next to its group's runs ("+k diverged"). A CI
 needs two runs (one run gets none), and with fewer than 5 the notes say it is too narrow.
 Unreadable eval.csv rows and a last row
@@ -237,9 +241,9 @@ class Run:
     def final_step(self) -> int:
         return int(self.steps[-1])
 
-    @property
-    def final_return(self) -> float:
-        return float(self.returns[-1])
+    def score(self, last: int = 1) -> float:
+        """The run's score: the mean return of its last `last` evaluations (1: its final return)."""
+        return float(np.mean(self.returns[-last:]))
 
 
 @dataclass
@@ -515,13 +519,26 @@ def group_runs(runs: list[Run], by: Sequence[ByKey]) -> dict[tuple, list[Run]]:
     return dict(sorted(groups.items(), key=lambda kv: [_value_order(str(x)) for x in kv[0]]))
 
 
+def _last_evals(last: int) -> str:
+    return "last evaluation" if last == 1 else f"last {last} evaluations"
+
+
+def score_text(last: int) -> str:
+    """What a run's score is, for the report."""
+    if last == 1:
+        return "Score = final return = the `return_mean` of each run's last evaluation (`eval.csv`)."
+    return (f"Score = the mean `return_mean` of each run's last {last} evaluations (`eval.csv`, `--last {last}`), "
+            f"which smooths over a policy that dips from one evaluation to the next.")
+
+
 def _neutral(key: str) -> bool:
     return any(key == k or key.startswith(k + ".") for k in _NEUTRAL_OVERRIDES)
 
 
-def group_notes(runs: list[Run], by: Sequence[ByKey]) -> list[str]:
+def group_notes(runs: list[Run], by: Sequence[ByKey], last: int = 1) -> list[str]:
     """What a reader of the group's numbers must know: incomplete runs, unequal lengths, runs
-    that differ in more than the seed, repeated seeds, unreadable eval rows, unset --by keys."""
+    that differ in more than the seed, repeated seeds, runs with fewer evaluations than the score
+    averages, unreadable eval rows, unset --by keys."""
     notes = []
     if len(runs) == 1:
         notes.append("one run: no confidence interval")
@@ -531,7 +548,8 @@ def group_notes(runs: list[Run], by: Sequence[ByKey]) -> list[str]:
     if incomplete:
         notes.append(f"{len(incomplete)} incomplete run(s) (no summary.json, or an older one: stopped, crashed, resumed "
                      f"or still running), "
-                     f"final return = last evaluation: " + ", ".join(f"{r.label} at step {r.final_step}" for r in incomplete))
+                     f"scored at their {_last_evals(last)}: "
+                     + ", ".join(f"{r.label} at step {r.final_step}" for r in incomplete))
     ends = Counter(r.final_step for r in runs)
     if len(ends) > 1:
         parts = []
@@ -539,7 +557,17 @@ def group_notes(runs: list[Run], by: Sequence[ByKey]) -> list[str]:
             short = [r.label for r in runs if r.final_step == step and not r.complete]
             n = ends[step]
             parts.append(f"{step} ({n} run{'s' if n > 1 else ''}" + (f", incomplete: {', '.join(short)})" if short else ")"))
-        notes.append("runs end at steps " + ", ".join(parts) + "; the final return is each run's last evaluation")
+        notes.append("runs end at steps " + ", ".join(parts) + f"; each run is scored at its own {_last_evals(last)}")
+    short_runs = [r for r in runs if len(r.returns) < last]
+    if short_runs:
+        notes.append(f"{len(short_runs)} run(s) have fewer than the {last} evaluations --last {last} averages, so "
+                     f"their score is the mean of all they have: "
+                     + ", ".join(f"{r.label} ({len(r.returns)})" for r in short_runs))
+    spans = Counter(int(r.steps[-1] - r.steps[-min(last, len(r.steps))]) for r in runs)
+    if last > 1 and len(spans) > 1:
+        notes.append(f"the last {last} evaluations span different numbers of steps in different runs "
+                     f"({', '.join(f'{s}: {n} run(s)' for s, n in sorted(spans.items()))}), so the scores average "
+                     f"over different stretches of training")
     keys = sorted({k for r in runs for k in r.overrides if not _neutral(k) and k not in by and k not in ("agent", "env")})
     for key in keys:
         spelled = Counter(format_value(config_value(r, key)) for r in runs)
@@ -702,7 +730,7 @@ def plot_curves(path: str, env: str, env_id: str | None, curves: list[tuple[str,
 
 
 def plot_profile(path: str, taus: np.ndarray, profiles: list[tuple[str, int, np.ndarray, np.ndarray, np.ndarray]],
-                 n_envs: int) -> None:
+                 n_envs: int, last: int = 1) -> None:
     """rliable's performance profile: fraction of runs with normalized score > tau, 95% CI bands."""
     import matplotlib
 
@@ -713,7 +741,8 @@ def plot_profile(path: str, taus: np.ndarray, profiles: list[tuple[str, int, np.
     for label, color, point, low, high in profiles:
         ax.plot(taus, point, color=_color(color), label=label)
         ax.fill_between(taus, low, high, color=_color(color), alpha=0.2, linewidth=0)
-    ax.set_xlabel(r"normalized final return $\tau$ (min-max per env over all runs here; no reference scores)")
+    what = "final return" if last == 1 else f"mean return of the last {last} evaluations"
+    ax.set_xlabel(f"normalized {what} $\\tau$ (min-max per env over all runs here; no reference scores)")
     ax.set_ylabel(r"fraction of runs with score > $\tau$")
     ax.set_title(f"Performance profile over {n_envs} env(s), {CONFIDENCE:.0%} stratified bootstrap CI")
     ax.set_xlim(0, 1)
@@ -722,7 +751,7 @@ def plot_profile(path: str, taus: np.ndarray, profiles: list[tuple[str, int, np.
     if profiles:
         ax.legend(fontsize="small")
     else:
-        ax.text(0.5, 0.5, "no env whose runs differ in final return: nothing to normalize", ha="center", va="center")
+        ax.text(0.5, 0.5, "no env whose runs differ in score: nothing to normalize", ha="center", va="center")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -747,7 +776,7 @@ def _by_keys(by: Sequence[str]) -> list[ByKey]:
 
 
 def load_runs(paths: Sequence[str], complete_only: bool = False) -> tuple[list[Run], list[Run], list[Skipped], list[str]]:
-    """The runs under `paths`, the runs that diverged (kept apart: they have no final return to
+    """The runs under `paths`, the runs that diverged (kept apart: they have no score to
     count), the run dirs skipped (with the reason) and those found twice."""
     dirs, repeated = find_run_dirs(paths)
     runs, diverged, skipped = [], [], []
@@ -773,10 +802,11 @@ def load_runs(paths: Sequence[str], complete_only: bool = False) -> tuple[list[R
 MIN_CI_RUNS = 5  # below this many runs per task, a percentile bootstrap CI is noted as too narrow
 
 
-def summarize_group(key: tuple, runs: list[Run], by: Sequence[str], reps: int, seed: int, n_diverged: int = 0) -> dict:
-    """The row of results.csv: final-return mean and IQM with their bootstrap CIs over the runs
-    (NaN with one run: resampling one score gives no interval)."""
-    finals = np.array([r.final_return for r in runs])
+def summarize_group(key: tuple, runs: list[Run], by: Sequence[str], reps: int, seed: int, n_diverged: int = 0,
+                    last: int = 1) -> dict:
+    """The row of results.csv: the mean and IQM of the runs' scores (`Run.score(last)`) with their
+    bootstrap CIs over the runs (NaN with one run: resampling one score gives no interval)."""
+    finals = np.array([r.score(last) for r in runs])
     (m_low, i_low), (m_high, i_high) = (np.nan, np.nan), (np.nan, np.nan)
     if len(runs) > 1:
         (m_low, i_low), (m_high, i_high) = stratified_bootstrap_ci(
@@ -787,13 +817,13 @@ def summarize_group(key: tuple, runs: list[Run], by: Sequence[str], reps: int, s
         "mean": float(np.mean(finals)), "mean_ci_low": float(m_low), "mean_ci_high": float(m_high),
         "iqm": float(iqm(finals)), "iqm_ci_low": float(i_low), "iqm_ci_high": float(i_high),
         "final_step_min": min(r.final_step for r in runs), "final_step_max": max(r.final_step for r in runs),
-        "env_id": runs[0].env_id or "",
+        "score_evals": last, "env_id": runs[0].env_id or "",
     }
 
 
 def write_csv(path: str, rows: list[dict], notes: list[list[str]], by: Sequence[str]) -> None:
     header = ["agent", "env", *by, "n_runs", "n_incomplete", "n_diverged", "mean", "mean_ci_low", "mean_ci_high", "iqm",
-              "iqm_ci_low", "iqm_ci_high", "final_step_min", "final_step_max", "env_id", "notes"]
+              "iqm_ci_low", "iqm_ci_high", "final_step_min", "final_step_max", "score_evals", "env_id", "notes"]
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
         writer.writeheader()
@@ -803,7 +833,7 @@ def write_csv(path: str, rows: list[dict], notes: list[list[str]], by: Sequence[
 
 def render_markdown(paths: Sequence[str], by: Sequence[str], reps: int, seed: int, n_runs: int,
                     rows: list[dict], row_notes: list[list[str]], across: list[list[str]],
-                    note_lines: list[str], files: list[str], improvement: Sequence[dict] = ()) -> str:
+                    note_lines: list[str], files: list[str], improvement: Sequence[dict] = (), last: int = 1) -> str:
     ci = f"{CONFIDENCE:.0%} CI"
     table = _md_table(
         ["agent", "env", *by, "runs", "mean", f"mean {ci}", "IQM", f"IQM {ci}", "final step", "notes"],
@@ -819,7 +849,7 @@ def render_markdown(paths: Sequence[str], by: Sequence[str], reps: int, seed: in
         "",
         "Sources: " + ", ".join(f"`{p}`" for p in paths) + (f" (grouped by agent, env, {', '.join(by)})" if by else ""),
         "",
-        "Final return = the `return_mean` of each run's last evaluation (`eval.csv`). IQM = interquartile mean "
+        score_text(last) + " The mean and IQM are over the runs' scores. IQM = interquartile mean "
         "(mean of the middle 50% of runs, `scipy.stats.trim_mean(x, 0.25)`; the plain mean below 4 runs). "
         f"CIs: {CONFIDENCE:.0%} percentile bootstrap over runs ({reps} replicates, seed {seed}), as in rliable "
         f"(Agarwal et al. 2021); none from a single run, and with fewer than {MIN_CI_RUNS} runs they are too narrow "
@@ -830,7 +860,7 @@ def render_markdown(paths: Sequence[str], by: Sequence[str], reps: int, seed: in
         "",
         "## Across envs (min-max normalized)",
         "",
-        "There are no reference scores, so final returns are min-max normalized per env over all runs of that env "
+        "There are no reference scores, so the runs' scores are min-max normalized per env over all runs of that env "
         "in this aggregation: (R - min) / (max - min). The scores are relative to these runs and do not compare "
         "across aggregations. Mean = mean over envs of the per-env means; IQM = IQM of all runs pooled; CIs: "
         "stratified bootstrap (runs resampled within each env). The performance profile plots the same scores.",
@@ -840,8 +870,8 @@ def render_markdown(paths: Sequence[str], by: Sequence[str], reps: int, seed: in
         *([
             "## Probability of improvement",
             "",
-            "P(X > Y): the mean over the envs both groups have of the probability that a run of X ends with a higher "
-            "final return than a run of Y (ties count half; P(Y > X) = 1 - P(X > Y)), as in rliable. Raw returns, no "
+            "P(X > Y): the mean over the envs both groups have of the probability that a run of X has a higher "
+            "score than a run of Y (ties count half; P(Y > X) = 1 - P(X > Y)), as in rliable. Raw returns, no "
             "normalization. CI: stratified bootstrap, X's and Y's runs resampled independently within each env. "
             "0.5 means neither is ahead; a CI that excludes 0.5 is a difference these runs support.",
             "",
@@ -863,7 +893,7 @@ def render_markdown(paths: Sequence[str], by: Sequence[str], reps: int, seed: in
 
 
 def aggregate(paths: Sequence[str], by: Sequence[str] = (), out: str | None = None, reps: int = DEFAULT_REPS,
-              seed: int = 0, complete_only: bool = False) -> Report:
+              seed: int = 0, complete_only: bool = False, last: int = 1) -> Report:
     """Read the runs under `paths`, write results.md, results.csv, curves_<env>.png and
     performance_profile.png into `out` (default <first path>/aggregate) and return the report."""
     if not paths:
@@ -871,6 +901,9 @@ def aggregate(paths: Sequence[str], by: Sequence[str] = (), out: str | None = No
     if reps < 1:
         raise AggregateError(f"--reps {reps}: the bootstrap needs at least 1 replicate (rliable uses 50000, "
                              f"the default is {DEFAULT_REPS}).")
+    if last < 1:
+        raise AggregateError(f"--last {last}: a run's score is the mean of its last K evaluations, so K must be at "
+                             f"least 1 (1, the default, scores each run by its final evaluation).")
     by = _by_keys(by)
     runs, diverged, skipped, repeated = load_runs(paths, complete_only)
     groups = group_runs(runs, by)
@@ -885,9 +918,9 @@ def aggregate(paths: Sequence[str], by: Sequence[str] = (), out: str | None = No
     profile_keys = sorted({(k[0], *k[2:]) for k in groups}, key=lambda k: [_value_order(str(x)) for x in k])
     color = {k: i for i, k in enumerate(profile_keys)}  # one color per agent (x --by values) in every plot
     envs = sorted({k[1] for k in groups}, key=_natural)
-    rows = [summarize_group(key, members, by, reps, seed, len(diverged_by_group.get(key, [])))
+    rows = [summarize_group(key, members, by, reps, seed, len(diverged_by_group.get(key, [])), last)
             for key, members in groups.items()]
-    notes = {key: group_notes(members, by) for key, members in groups.items()}
+    notes = {key: group_notes(members, by, last) for key, members in groups.items()}
     for key, members in diverged_by_group.items():
         if key in notes:
             notes[key].append(f"{len(members)} run(s) diverged (an evaluation return became NaN or infinite), left "
@@ -919,9 +952,9 @@ def aggregate(paths: Sequence[str], by: Sequence[str] = (), out: str | None = No
                     for key, members in diverged_by_group.items() if key not in groups]
     bounds = {}
     for env in envs:
-        finals = [r.final_return for k, ms in groups.items() if k[1] == env for r in ms]
+        finals = [r.score(last) for k, ms in groups.items() if k[1] == env for r in ms]
         if min(finals) == max(finals):
-            global_notes.append(f"{env}: every run has the same final return ({_num(finals[0])}), so min-max "
+            global_notes.append(f"{env}: every run has the same score ({_num(finals[0])}), so min-max "
                                 f"normalization is undefined there; {env} is left out of the across-env table and the "
                                 f"performance profile")
         else:
@@ -934,7 +967,7 @@ def aggregate(paths: Sequence[str], by: Sequence[str] = (), out: str | None = No
         if not by_env:
             across.append([label, "0", "0", "n/a", "n/a", "n/a", "n/a"])
             continue
-        tasks = [minmax_normalize([r.final_return for r in by_env[e]], *bounds[e]) for e in scored if e in by_env]
+        tasks = [minmax_normalize([r.score(last) for r in by_env[e]], *bounds[e]) for e in scored if e in by_env]
         n_div = sum(len(ms) for k, ms in diverged_by_group.items() if (k[0], *k[2:]) == pkey and k[1] in by_env)
         label_runs = f" (+{n_div} diverged)" if n_div else ""
         if len({len(t) for t in tasks}) > 1:
@@ -954,13 +987,13 @@ def aggregate(paths: Sequence[str], by: Sequence[str] = (), out: str | None = No
         point, low, high = performance_profile(tasks, TAUS, reps, _rng(seed, "profile", *pkey))
         profiles.append((label + label_runs, color[pkey], point, low, high))
     plots.append(os.path.join(out_dir, "performance_profile.png"))
-    plot_profile(plots[-1], TAUS, profiles, len(scored))
+    plot_profile(plots[-1], TAUS, profiles, len(scored), last)
 
-    # Probability of improvement, every pair of groups on the envs both have (raw final returns).
+    # Probability of improvement, every pair of groups on the envs both have (raw scores).
     improvement = []
     for i, a in enumerate(profile_keys):
         for b in profile_keys[i + 1:]:
-            finals = {pk: {key[1]: [r.final_return for r in ms] for key, ms in groups.items() if (key[0], *key[2:]) == pk}
+            finals = {pk: {key[1]: [r.score(last) for r in ms] for key, ms in groups.items() if (key[0], *key[2:]) == pk}
                       for pk in (a, b)}
             shared = [e for e in envs if e in finals[a] and e in finals[b]]
             names = [group_name(pk[0], None, by, pk[1:]) for pk in (a, b)]
@@ -1004,7 +1037,7 @@ def aggregate(paths: Sequence[str], by: Sequence[str] = (), out: str | None = No
             writer.writeheader()
             writer.writerows(improvement)
     markdown = render_markdown(paths, by, reps, seed, len(runs), rows, list(notes.values()), across, note_lines,
-                               [*tables, *plots], improvement)
+                               [*tables, *plots], improvement, last)
     with open(md_path, "w") as f:
         f.write(markdown)
     return Report(markdown, rows, [md_path, csv_path, *plots], out_dir)
