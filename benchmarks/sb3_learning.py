@@ -8,10 +8,11 @@ of tfrl's learning. Runs in SB3's venv (`bash benchmarks/setup_sb3.sh`):
 
 The same: the algorithm and its hyper-parameters, the network's hidden sizes and activation with
 PyTorch's default init, batch size, buffer capacity, random steps before learning, the update
-cadence (`updates_per_step`, `train_every`), gamma, truncation kept apart from termination, and the
-evaluation (training/episodes.py's, with SB3's deterministic policy): `eval_episodes` episodes at
-step 0, every `eval_every` steps and at the end, on an env whose first reset is seeded with seed +
-100, written to eval.csv with train.py's columns.
+cadence (`updates_per_step`, `train_every`), gamma, n-step returns (`buffer.n_step` as SB3's
+`n_steps`, whose targets `sb3_nstep_check.py` finds equal to tfrl's), truncation kept apart from
+termination, and the evaluation (training/episodes.py's, with SB3's deterministic policy):
+`eval_episodes` episodes at step 0, every `eval_every` steps and at the end, on an env whose first
+reset is seeded with seed + 100, written to eval.csv with train.py's columns.
 - TD3 and DDPG: learning rate, tau, policy delay, target smoothing and exploration noise (in units
   of the action half-range, as SB3 acts in [-1, 1]).
 - DQN: learning rate, Huber loss, gradient-norm clip, and epsilon's line: tfrl's starts at
@@ -22,8 +23,8 @@ step 0, every `eval_every` steps and at the end, on an env whose first reset is 
   so a copy can fall up to one phase's updates from tfrl's, and Polyak averaging (`agent.tau` < 1)
   needs one update per phase, as SB3 averages between phases.
 Not the same: SB3's code and its random streams. A setting SB3 cannot reproduce (two learning
-rates, critic weight decay, Double DQN, a dueling head, MSE loss, prioritized or n-step replay,
-several envs, bfloat16 matmuls) is refused with the reason.
+rates, critic weight decay, Double DQN, a dueling head, MSE loss, prioritized replay, several
+envs, bfloat16 matmuls) is refused with the reason.
 """
 from __future__ import annotations
 
@@ -59,8 +60,8 @@ def sb3_settings(cfg: DictConfig) -> tuple[str, dict]:
     if agent not in ("td3", "ddpg", "dqn"):
         raise SettingError(f"agent {cfg.agent._target_}: only td3, ddpg and dqn are compared with SB3 here")
     problems = []
-    if not str(cfg.buffer._target_).endswith("UniformReplay") or int(cfg.buffer.get("n_step", 1)) != 1:
-        problems.append(f"buffer {cfg.buffer._target_} n_step {cfg.buffer.get('n_step', 1)} (compare with uniform, n_step 1)")
+    if not str(cfg.buffer._target_).endswith("UniformReplay"):
+        problems.append(f"buffer {cfg.buffer._target_} (SB3 replays uniformly: compare with buffer=uniform)")
     if int(cfg.num_envs) != 1:
         problems.append(f"num_envs {cfg.num_envs} (compare with 1)")
     if cfg.network.get("init", "torch") != "torch":
@@ -76,6 +77,7 @@ def sb3_settings(cfg: DictConfig) -> tuple[str, dict]:
         buffer_size=int(cfg.buffer.capacity), learning_starts=int(cfg.learning_starts),
         batch_size=int(cfg.batch_size), gamma=float(cfg.gamma),
         train_freq=int(cfg.train_every), gradient_steps=int(gradient_steps),
+        n_steps=int(cfg.buffer.get("n_step", 1)),  # same targets as SB3's NStepReplayBuffer: sb3_nstep_check.py
         policy_kwargs=dict(net_arch=[int(h) for h in cfg.network.hidden], activation=str(cfg.network.activation)),
         device="cpu", verbose=0,
     )

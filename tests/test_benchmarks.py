@@ -164,7 +164,9 @@ def test_sb3_learning_takes_the_settings_of_the_same_train_py_run():
     assert (kwargs["learning_rate"], kwargs["gamma"], kwargs["train_freq"], kwargs["gradient_steps"]) == (3e-4, 0.99, 1, 1)
     agent, kwargs = _sb3_learning().sb3_settings(_compose_sb3("agent=ddpg", "updates_per_step=0.5", "train_every=4"))
     assert agent == "ddpg" and (kwargs["train_freq"], kwargs["gradient_steps"]) == (4, 2)
-    assert "policy_delay" not in kwargs
+    assert "policy_delay" not in kwargs and kwargs["n_steps"] == 1
+    _, kwargs = _sb3_learning().sb3_settings(_compose_sb3("agent=dqn", "env=cartpole", "buffer.n_step=3"))
+    assert kwargs["n_steps"] == 3
 
 
 def test_sb3_learning_refuses_what_sb3_cannot_reproduce_and_names_each():
