@@ -200,7 +200,7 @@ def train(cfg: DictConfig, run_dir: str, agent: str, kwargs: dict) -> dict:
                     record(self.num_timesteps)
                 # SB3 collects whole phases of train_freq steps; stop at total_steps as train.py
                 # does, without the phase the rest would have reached
-                return self.num_timesteps < total or total % int(cfg.train_every) == 0
+                return self.num_timesteps < total or total % kwargs["train_freq"] == 0
 
         record(0)
         model.learn(total_timesteps=total, callback=EvalEvery())

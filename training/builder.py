@@ -49,7 +49,9 @@ def agent_class(cfg: DictConfig) -> type:
         raise ConfigError(f"agent._target_={cfg.agent._target_!r} cannot be imported: {err}") from err
 
 
-def build_agent(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, rng: np.random.Generator) -> Agent:
+def build_agent(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, rng: np.random.Generator,
+                shards: int | None = None) -> Agent:
+    """The agent of `cfg`; `shards` is its `batch_shards(cfg)` where the caller has it already."""
     if len(obs_space.shape) != 1:
         raise ConfigError(
             f"{cfg.env.id} has observations of shape {obs_space.shape}; the MLP networks need flat "
@@ -59,7 +61,7 @@ def build_agent(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, 
     check_settings(cfg.agent, "agent")
     kwargs: dict = {"obs_dim": int(obs_space.shape[0]), "network": instantiate(cfg.network), "rng": rng}
     if "batch_shards" in cfg.agent:  # `auto` decided here; configs saved before it existed lack it
-        kwargs["batch_shards"] = batch_shards(cfg)
+        kwargs["batch_shards"] = batch_shards(cfg) if shards is None else shards
     if isinstance(action_space, gym.spaces.Box):
         kwargs.update(action_low=action_space.low, action_high=action_space.high)
     else:
@@ -147,7 +149,7 @@ def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
         cfg.env.id, int(cfg.num_envs), seed=int(cfg.seed), vectorization=cfg.vectorization, **env_args
     )
     obs_space, action_space = envs.single_observation_space, envs.single_action_space
-    agent = build_agent(cfg, obs_space, action_space, rng)
+    agent = build_agent(cfg, obs_space, action_space, rng, shards)
     discrete = isinstance(action_space, gym.spaces.Discrete)
     check_settings(cfg.buffer, "buffer")
     buffer = _instantiate(
