@@ -1,6 +1,7 @@
 """The batch that crosses from the numpy side into the compiled update."""
 from __future__ import annotations
 
+import mmap
 from typing import NamedTuple, Protocol
 
 import numpy as np
@@ -43,3 +44,15 @@ def split_batch(batch: Batch, k: int) -> Batch:
     when the arrays allow it)."""
     return Batch(*(x.reshape(k, x.shape[0] // k, *x.shape[1:]) for x in batch))
 
+
+def copy_rows(dst: np.ndarray, src: np.ndarray, chunk_bytes: int = 1 << 24) -> None:
+    """dst[:len(src)] = src, some rows at a time. When `src` maps a file (a restored checkpoint's
+    buffer.npz), the pages copied so far are dropped from this process after each chunk, so that a
+    restore holds the buffer once in memory, not once more as mapped file pages."""
+    rows = max(1, chunk_bytes // max(1, src[:1].nbytes))
+    mapped = getattr(src, "_mmap", None)  # np.memmap's map
+    for start in range(0, len(src), rows):
+        stop = min(start + rows, len(src))
+        dst[start:stop] = src[start:stop]
+        if mapped is not None:
+            mapped.madvise(mmap.MADV_DONTNEED)  # read-only file pages: they fault back in if read again

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from buffers.types import Batch, split_batch
+from buffers.types import Batch, copy_rows, split_batch
 
 
 class UniformReplay:
@@ -166,8 +166,7 @@ class UniformReplay:
                 f"{state['data'].shape[1]}, but this buffer has capacity {self.capacity} and row "
                 f"width {self._data.shape[1]}; build the buffer with the saved run's config"
             )
-        n = state["data"].shape[0]
-        self._data[:n] = state["data"]
+        copy_rows(self._data, state["data"])
         self._cursor = int(state["cursor"])
         self._full = bool(state["full"])
         self._stride = int(state.get("stride", 0))

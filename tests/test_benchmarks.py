@@ -226,3 +226,53 @@ def test_sb3_learning_loads_no_tensorflow():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_memory_samples_a_run_and_its_resume(tmp_path):
+    out = tmp_path / "mem.json"
+    cmd = [sys.executable, "benchmarks/memory.py", "total_steps=2500", "learning_starts=1000", "eval_every=500",
+           "network.hidden=[32,32]", "batch_size=32", "--resume-steps", "500", "--interval", "0.2",
+           "--output", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "| measure | run | resume |" in proc.stdout
+    report = json.loads(out.read_text())
+    row = report["buffer"]["row_bytes"]
+    assert row == (2 * 3 + 1 + 3) * 4  # Pendulum: obs 3, action 1, reward, terminated, truncated; float32
+    run, resume = report["results"]["run"], report["results"]["resume"]
+    assert (run["end_step"], resume["end_step"]) == (2500, 3000)
+    assert run["buffer_mb_at_end"] == round(2500 * row / 2**20, 1)
+    for phase in (run, resume):
+        assert phase["exit_code"] == 0
+        # the exact peak holds TensorFlow (hundreds of MB) and bounds every sampled total
+        assert phase["maxrss_mb"] > 200 and phase["maxrss_mb"] >= 0.95 * phase["peak_total_mb"]
+        assert 0 < phase["peak_non_buffer_anon_mb"] <= phase["peak_anon_mb"]
+    steps = [s["step"] for s in report["samples"]["run"] if s["step"] is not None]
+    assert steps == sorted(steps) and steps[-1] == 2500
+
+
+def test_memory_refuses_bad_input_before_running_anything():
+    base = [sys.executable, "benchmarks/memory.py"]
+    proc = subprocess.run([*base, "--resume-steps", "-5"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "--resume-steps at least 0" in proc.stderr
+    proc = subprocess.run([*base, "agent=sac"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "agent/sac" in proc.stderr and "do not compose" in proc.stderr
+    proc = subprocess.run([*base, "total_steps=100", "learning_starts=1000"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode != 0 and "learning_starts (1000) must be smaller" in proc.stderr
+    assert "nothing was measured" in proc.stderr
+
+
+def test_memory_slope_and_process_tree():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from memory import process_tree, slope_per_100k
+
+    assert slope_per_100k([(0, 10.0), (50_000, 12.0), (100_000, 14.0)]) == pytest.approx(4.0)
+    assert slope_per_100k([(0, 1.0), (0, 2.0), (5, 3.0)]) is None  # fewer than 3 distinct steps
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        tree = process_tree(os.getpid())
+        assert tree[0] == os.getpid() and child.pid in tree
+    finally:
+        child.kill()
+        child.wait()

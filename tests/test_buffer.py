@@ -100,3 +100,63 @@ def test_vector_env_truncation_stores_the_final_observation_not_the_reset_one():
     # consecutive transitions chain: next_obs of step t is obs of step t+1 within the episode
     np.testing.assert_allclose(buf.field("next_obs")[0:8], buf.field("obs")[2:10])
     envs.close()
+
+
+_RESTORE_IN_A_FRESH_PROCESS = """
+import sys
+import numpy as np
+from buffers.uniform import UniformReplay
+from training.checkpoints import npz_arrays
+capacity, obs_dim = int(sys.argv[2]), int(sys.argv[3])
+buf = UniformReplay(capacity, obs_dim, 8, 0.99, np.random.default_rng(0))
+def peak_mb():  # VmHWM: this process's peak resident memory (ru_maxrss keeps the parent's peak across exec)
+    return int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1]) / 1024
+before = peak_mb()
+state = npz_arrays(sys.argv[1])
+buf.load_state_dict(state)
+del state
+print(peak_mb() - before, float(buf.field("obs").sum(dtype=np.float64)), len(buf))
+"""
+
+
+def test_restoring_a_saved_buffer_holds_it_once_in_memory(tmp_path):
+    """A resume reads the checkpoint's buffer.npz into a buffer whose rows are preallocated. The
+    peak resident memory of that read must grow by about the buffer's size, not twice it (np.load
+    reads the whole array before it is copied into place; mapped file pages count too)."""
+    import subprocess
+    import sys
+
+    capacity, obs_dim = 60_000, 200
+    buf = UniformReplay(capacity, obs_dim, 8, 0.99, np.random.default_rng(0))
+    rng = np.random.default_rng(1)
+    for _ in range(capacity // 1000):
+        buf.add(rng.random((1000, obs_dim)), rng.random((1000, 8)), rng.random(1000),
+                rng.random((1000, obs_dim)), np.zeros(1000), np.zeros(1000))
+    state = buf.state_dict()
+    size_mb = state["data"].nbytes / 2**20
+    np.savez(tmp_path / "buffer.npz", **state)
+    root = __import__("os").path.dirname(__import__("os").path.dirname(__file__))
+    out = subprocess.run([sys.executable, "-c", _RESTORE_IN_A_FRESH_PROCESS, str(tmp_path / "buffer.npz"),
+                          str(capacity), str(obs_dim)], cwd=root, capture_output=True, text=True, check=True)
+    grown_mb, obs_sum, rows = out.stdout.split()
+    assert int(rows) == capacity
+    assert float(obs_sum) == pytest.approx(float(buf.field("obs").sum(dtype=np.float64)), rel=1e-12)
+    assert 0.9 * size_mb < float(grown_mb) < 1.3 * size_mb, (grown_mb, size_mb)  # copied 16 MB at a time
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 3, 7, 100])
+def test_copy_rows_from_a_mapped_checkpoint_fills_a_partly_full_buffer(tmp_path, chunk_rows):
+    from buffers.types import copy_rows
+    from training.checkpoints import npz_arrays
+
+    saved = filled(capacity=10, n=7, obs_dim=3)
+    np.savez(tmp_path / "buffer.npz", **saved.state_dict())
+    state = npz_arrays(str(tmp_path / "buffer.npz"), map_from_bytes=0)
+    assert isinstance(state["data"], np.memmap)  # large arrays come mapped, not read
+    restored = UniformReplay(10, 3, 1, 0.9, np.random.default_rng(0))
+    copy_rows(restored._data, state["data"], chunk_bytes=chunk_rows * state["data"][:1].nbytes)
+    np.testing.assert_array_equal(restored._data[:7], saved._data[:7])
+    assert not restored._data[7:].any()
+    restored.load_state_dict(state)
+    assert len(restored) == 7 and restored.state_dict()["cursor"] == saved.state_dict()["cursor"]
+    np.testing.assert_array_equal(restored.field("next_obs"), saved.field("next_obs"))

@@ -6,6 +6,8 @@ A checkpoint is a directory `<run_dir>/checkpoints/step_<step>/` holding
     buffer.npz                  the replay buffer with its cursor (when saving it is on)
     state.pkl                   loop state, numpy/Python RNG states, the training envs
     meta.json                   step, what wrote it, and a SHA-256 of every file above
+A restore maps buffer.npz's large arrays instead of reading them (`npz_arrays`): the replay buffer
+copies them into its own preallocated rows, so a multi-GB buffer is never held twice in memory.
 It is assembled under a temporary name and renamed into place (atomic on POSIX), and meta.json
 is written last, so a crash mid-write leaves at most an ignored `*.tmp` directory and the previous
 checkpoints usable. `best/` holds the checkpoint with the best evaluation return so far.
@@ -21,7 +23,9 @@ import os
 import pickle
 import re
 import shutil
+import struct
 import time
+import zipfile
 from typing import Any
 
 import numpy as np
@@ -181,9 +185,51 @@ class Checkpointer:
             state = pickle.load(f)
         buffer_state = None
         if with_buffer and "buffer.npz" in meta["files"]:
-            with np.load(os.path.join(path, "buffer.npz")) as z:
-                buffer_state = {k: z[k] for k in z.files}
+            buffer_state = npz_arrays(os.path.join(path, "buffer.npz"))
         return state, buffer_state
+
+
+def npz_arrays(path: str, map_from_bytes: int = 1 << 20) -> dict[str, np.ndarray]:
+    """The arrays of an .npz file. Those of at least `map_from_bytes`, stored uncompressed (as
+    `np.savez` stores them), come as read-only memory maps of the file (np.load reads every member
+    whole, and an .npz cannot be mapped by np.load): copying one into place then costs no second
+    copy in anonymous memory, only file pages that the kernel can drop. The rest are read."""
+    out = {}
+    with zipfile.ZipFile(path) as archive, open(path, "rb") as raw:
+        for info in archive.infolist():
+            name = info.filename.removesuffix(".npy")
+            found = _stored_npy_data(raw, info) if info.file_size >= map_from_bytes else None
+            if found is None:
+                with archive.open(info) as member:
+                    out[name] = np.lib.format.read_array(member, allow_pickle=False)
+            else:
+                start, shape, fortran, dtype = found
+                out[name] = np.memmap(path, dtype=dtype, mode="r", offset=start, shape=shape,
+                                      order="F" if fortran else "C")
+    return out
+
+
+def _stored_npy_data(raw, info: zipfile.ZipInfo):
+    """(offset of the array data in the file, shape, fortran order, dtype) of an uncompressed
+    .npy member with a plain dtype; None for anything else (read it instead)."""
+    if info.compress_type != zipfile.ZIP_STORED:
+        return None
+    raw.seek(info.header_offset)
+    local = raw.read(30)  # the local file header; its name and extra field lengths sit at 26 and 28
+    if local[:4] != b"PK\x03\x04":
+        return None
+    name_len, extra_len = struct.unpack("<HH", local[26:30])
+    raw.seek(info.header_offset + 30 + name_len + extra_len)
+    version = np.lib.format.read_magic(raw)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(raw)
+    elif version == (2, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(raw)
+    else:
+        return None
+    if dtype.hasobject or not shape or 0 in shape:
+        return None
+    return raw.tell(), shape, fortran, dtype
 
 
 def verify(path: str) -> dict:

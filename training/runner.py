@@ -140,6 +140,7 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
         random.setstate(saved["python_rng"])
         if buffer_state is not None:
             parts.buffer.load_state_dict(buffer_state)
+            del buffer_state  # maps of the checkpoint's file: release them once copied
         else:
             console(f"warning: {path} holds no replay buffer (save_buffer=false); resuming with an empty one.")
         if saved["envs"] is not None:

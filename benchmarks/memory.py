@@ -1,0 +1,284 @@
+"""Resident memory of a training run as train.py runs it, and of resuming that run.
+
+    uv run python benchmarks/memory.py agent=td3 env=ant total_steps=60000
+    uv run python benchmarks/memory.py agent=td3 env=ant total_steps=300000 learning_starts=299000 \\
+        --resume-steps 1000 --output benchmarks/results/memory_td3_ant_resume.json
+    uv run python benchmarks/memory.py agent=td3 env=ant total_steps=60000 learning_starts=10000 --sb3
+
+Runs `train.py <overrides>` in a child process with a run directory of its own (a temporary one
+unless `--run-dir`) and samples, every `--interval` seconds, the resident memory of that process
+and its children (async envs) from /proc (Linux): anonymous memory (the heap: the replay buffer,
+tensors, Python objects) and file-backed memory (mapped libraries and files) apart, with the env
+step the run has reached (the last row of its CSV records). The exact peak of the training process
+is its `ru_maxrss` from the kernel, read when it exits (which counts the launching process's memory
+at the fork too, so this one stays small: it computes the run's layout in a child of its own); the
+sampled peaks can miss a spike shorter than the interval.
+
+The replay buffer is preallocated with `np.zeros`, so its pages become resident as rows are
+written: at step s it holds min(s, capacity) rows of known width. `non-buffer` is anonymous
+memory minus those rows: TensorFlow, the networks, Python. Its growth is its slope over the second
+half of the steps after learning starts (when that half spans 10k steps or more), in MB per 100k
+env steps: memory that grows with the steps without being replay data, which a leak would show.
+With `--resume-steps N` the finished run is then resumed (`resume=<run dir> total_steps=+N`) and
+sampled the same way: a resume reads the latest checkpoint, replay buffer included, so its peak
+against the run's own shows what restoring holds on top of the run's memory. With `--sb3` the same
+overrides are then trained by Stable-Baselines3 (`sb3_learning.py` in the venv of `setup_sb3.sh`)
+and sampled the same way, for its peaks beside tfrl's (its replay rows have another layout, so the
+rows-based figures are tfrl's only).
+Prints a table and writes JSON (`--output`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+SB3_PYTHON = os.path.join(ROOT, "benchmarks", ".venv-sb3", "bin", "python")
+
+MB = 1024 * 1024
+MIN_GROWTH_SPAN = 10_000  # env steps the growth is fitted over, at least
+
+
+def _status_kb(pid: int) -> dict[str, int]:
+    """RssAnon, RssFile and RssShmem of one process, in kB; empty once it has gone."""
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("RssAnon", "RssFile", "RssShmem"):
+                    out[key] = int(value.split()[0])
+    except (FileNotFoundError, ProcessLookupError):
+        return {}
+    return out
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and every process descended from it (by the parent ids in /proc/<pid>/stat)."""
+    parents: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])  # the command may hold spaces and parentheses
+        parents.setdefault(ppid, []).append(int(name))
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo.extend(parents.get(p, []))
+    return tree
+
+
+def tree_memory(pid: int) -> dict[str, float]:
+    """Resident memory of `pid` and its descendants in MB: anon, file (+ shared memory), total."""
+    anon = file = 0
+    for p in process_tree(pid):
+        s = _status_kb(p)
+        anon += s.get("RssAnon", 0)
+        file += s.get("RssFile", 0) + s.get("RssShmem", 0)
+    return {"anon_mb": anon / 1024, "file_mb": file / 1024, "total_mb": (anon + file) / 1024}
+
+
+def last_step(run_dir: str) -> int | None:
+    """The newest env step recorded in the run's CSVs (`step` is every record's first column)."""
+    best = None
+    for kind in ("train", "update", "eval"):
+        path = os.path.join(run_dir, f"{kind}.csv")
+        try:
+            with open(path, "rb") as f:
+                f.seek(max(0, os.path.getsize(path) - 4096))
+                lines = f.read().decode(errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in reversed(lines[1:] if len(lines) > 1 else lines):
+            head = line.split(",", 1)[0]
+            if head.isdigit():
+                best = max(best or 0, int(head))
+                break
+    return best
+
+
+def slope_per_100k(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope of y against x, times 100000; None with fewer than 3 distinct x."""
+    if len({x for x, _ in points}) < 3:
+        return None
+    mx = statistics.fmean(x for x, _ in points)
+    my = statistics.fmean(y for _, y in points)
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    return 1e5 * sum((x - mx) * (y - my) for x, y in points) / sxx
+
+
+def run_sampled(cmd: list[str], run_dir: str, interval: float, log_path: str) -> dict:
+    """Run `cmd`, sampling its process tree's memory and the run's step until it exits."""
+    samples = []
+    t0 = time.perf_counter()
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        while True:
+            done, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if done:
+                break
+            mem = tree_memory(proc.pid)
+            if mem["total_mb"] > 0:
+                samples.append({"t": time.perf_counter() - t0, "step": last_step(run_dir), **mem})
+            time.sleep(interval)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return {"exit_code": proc.returncode, "seconds": time.perf_counter() - t0,
+            "maxrss_mb": usage.ru_maxrss / 1024, "samples": samples}
+
+
+def buffer_layout(overrides: list[str]) -> dict:
+    """Capacity, bytes per row and run length of the composed run (numpy and gymnasium only)."""
+    import gymnasium as gym
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from envs.factory import make_env
+
+    with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=overrides)
+    env = make_env(cfg.env.id, seed=0, max_episode_steps=cfg.env.max_episode_steps, kwargs=cfg.env.kwargs)
+    discrete = isinstance(env.action_space, gym.spaces.Discrete)
+    import numpy as np
+
+    buffer = instantiate(cfg.buffer, obs_dim=int(env.observation_space.shape[0]),
+                         action_dim=1 if discrete else int(env.action_space.shape[0]),
+                         discrete_actions=discrete, rng=np.random.default_rng(0))
+    row = sum(a.nbytes for a in vars(buffer).values() if isinstance(a, np.ndarray) and len(a) == buffer.capacity)
+    env.close()
+    return {"capacity": buffer.capacity, "row_bytes": row // buffer.capacity,
+            "total_steps": int(cfg.total_steps), "learning_starts": int(cfg.learning_starts)}
+
+
+def summarize(phase: dict, layout: dict | None) -> dict:
+    """Peaks, the non-buffer memory and its growth over the second half of the learning steps."""
+    samples = [s for s in phase["samples"] if s["step"] is not None]
+    rows_mb = lambda s: min(s["step"], layout["capacity"]) * layout["row_bytes"] / MB  # noqa: E731
+    out = {"exit_code": phase["exit_code"], "seconds": round(phase["seconds"], 1),
+           "maxrss_mb": round(phase["maxrss_mb"], 1), "samples": len(phase["samples"])}
+    if not phase["samples"]:
+        return out
+    out["peak_anon_mb"] = round(max(s["anon_mb"] for s in phase["samples"]), 1)
+    out["peak_total_mb"] = round(max(s["total_mb"] for s in phase["samples"]), 1)
+    if samples and layout:
+        step = samples[-1]["step"]
+        out["end_step"] = step
+        out["buffer_mb_at_end"] = round(rows_mb(samples[-1]), 1)
+        out["peak_non_buffer_anon_mb"] = round(max(s["anon_mb"] - rows_mb(s) for s in samples), 1)
+        start = max(layout["learning_starts"], samples[0]["step"])
+        half = [s for s in samples if s["step"] >= (start + step) / 2]
+        growth = slope_per_100k([(s["step"], s["anon_mb"] - rows_mb(s)) for s in half]) \
+            if step - (start + step) / 2 >= MIN_GROWTH_SPAN else None  # a short span measures warm-up
+        out["non_buffer_growth_mb_per_100k_steps"] = None if growth is None else round(growth, 1)
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("overrides", nargs="*", help="train.py overrides")
+    p.add_argument("--resume-steps", type=int, default=0, help="then resume the run for this many more env steps")
+    p.add_argument("--interval", type=float, default=0.5, help="seconds between samples")
+    p.add_argument("--run-dir", default=None, help="where the run goes (default: a temporary directory, deleted)")
+    p.add_argument("--output", default=None, help="JSON file for the results")
+    p.add_argument("--sb3", action="store_true", help="then train the same run with Stable-Baselines3 and sample it")
+    p.add_argument("--layout-only", action="store_true", help=argparse.SUPPRESS)  # the child that reads the config
+    a = p.parse_args()
+    if a.layout_only:
+        from hydra.errors import HydraException
+        from omegaconf.errors import OmegaConfBaseException
+
+        try:
+            print(json.dumps(buffer_layout(a.overrides)))
+        except (HydraException, OmegaConfBaseException) as err:
+            sys.exit(str(err))
+        return
+    if not os.path.isdir("/proc/self"):
+        sys.exit("memory.py reads /proc, which this system does not have (Linux only).")
+    if a.interval <= 0 or a.resume_steps < 0:
+        sys.exit(f"--interval must be positive and --resume-steps at least 0 (got {a.interval}, {a.resume_steps}).")
+    if a.sb3 and not os.path.exists(SB3_PYTHON):
+        sys.exit(f"--sb3 needs SB3's venv at {SB3_PYTHON}; create it with `bash benchmarks/setup_sb3.sh`.")
+
+    child = subprocess.run([sys.executable, os.path.abspath(__file__), "--layout-only", *a.overrides],
+                           capture_output=True, text=True)
+    if child.returncode != 0:
+        sys.exit(f"{child.stderr.strip()}\nthe overrides do not compose into a run (above); they are train.py's.")
+    layout = json.loads(child.stdout.splitlines()[-1])
+    tmp = None if a.run_dir else tempfile.mkdtemp(prefix="tfrl-memory-")
+    run_dir = a.run_dir or os.path.join(tmp, "run")
+    log = os.path.join(tmp or os.path.dirname(os.path.abspath(run_dir)), "memory_train.log")
+    train = [sys.executable, os.path.join(ROOT, "train.py"), "progress=false"]
+    phases = {}
+    try:
+        print(f"training: {' '.join(a.overrides) or '(defaults)'} in {run_dir}", flush=True)
+        phases["run"] = run_sampled([*train, *a.overrides, f"hydra.run.dir={run_dir}"], run_dir, a.interval, log)
+        if phases["run"]["exit_code"] == 0 and a.resume_steps:
+            total = layout["total_steps"] + a.resume_steps
+            print(f"resuming it to {total} steps", flush=True)
+            phases["resume"] = run_sampled([*train, f"resume={run_dir}", f"total_steps={total}"], run_dir, a.interval, log)
+        if phases["run"]["exit_code"] == 0 and a.sb3:
+            print("training it with Stable-Baselines3", flush=True)
+            sb3_dir = f"{run_dir}_sb3"
+            phases["sb3"] = run_sampled([SB3_PYTHON, os.path.join(ROOT, "benchmarks", "sb3_learning.py"), *a.overrides,
+                                         f"hydra.run.dir={sb3_dir}"], sb3_dir, a.interval, log)
+        failed = {k: v["exit_code"] for k, v in phases.items() if v["exit_code"] != 0}
+        if failed:
+            with open(log, errors="replace") as f:
+                tail = f.read()[-3000:]
+            name, code = next(iter(failed.items()))
+            what = "sb3_learning.py" if name == "sb3" else "train.py"
+            sys.exit(f"{tail}\n{what} exited with code {code} in the {name} phase; the end of its output is "
+                     f"above, and nothing was measured.")
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    results = {name: summarize(phase, None if name == "sb3" else layout) for name, phase in phases.items()}
+    rows = [
+        ("exact peak, training process (ru_maxrss, MB)", "maxrss_mb"),
+        ("sampled peak, process tree, anon (MB)", "peak_anon_mb"),
+        ("sampled peak, process tree, anon + file (MB)", "peak_total_mb"),
+        ("replay rows at the last sample (MB)", "buffer_mb_at_end"),
+        ("sampled peak, anon minus replay rows (MB)", "peak_non_buffer_anon_mb"),
+        ("its growth, 2nd half of learning (MB per 100k steps)", "non_buffer_growth_mb_per_100k_steps"),
+        ("env step at the last sample", "end_step"),
+        ("wall time (s)", "seconds"),
+    ]
+    print(f"\nbuffer: {layout['capacity']} rows x {layout['row_bytes']} bytes "
+          f"({layout['capacity'] * layout['row_bytes'] / MB:.0f} MB when full)")
+    print("| measure | " + " | ".join(results) + " |")
+    print("|---|" + "---|" * len(results))
+    for label, key in rows:
+        print(f"| {label} | " + " | ".join(str(r.get(key, "")) for r in results.values()) + " |")
+    if "resume" in results:
+        extra = results["resume"]["maxrss_mb"] - results["run"]["maxrss_mb"]
+        print(f"\nresume's exact peak minus the run's: {extra:+.1f} MB")
+    if "sb3" in results:
+        print(f"SB3's exact peak over tfrl's: {results['sb3']['maxrss_mb'] / results['run']['maxrss_mb']:.2f}x; "
+              f"sampled anon peak: {results['sb3']['peak_anon_mb'] / results['run']['peak_anon_mb']:.2f}x")
+    if a.output:
+        os.makedirs(os.path.dirname(os.path.abspath(a.output)), exist_ok=True)
+        with open(a.output, "w") as f:
+            json.dump({"overrides": a.overrides, "resume_steps": a.resume_steps, "interval": a.interval,
+                       "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()},
+                       "buffer": layout, "results": results,
+                       "samples": {k: v["samples"] for k, v in phases.items()}}, f, indent=1)
+        print(f"wrote {a.output}")
+
+
+if __name__ == "__main__":
+    main()
