@@ -16,9 +16,10 @@ sampled peaks can miss a spike shorter than the interval.
 
 The replay buffer is preallocated with `np.zeros`, so its pages become resident as rows are
 written: at step s it holds min(s, capacity) rows of known width. `non-buffer` is anonymous
-memory minus those rows: TensorFlow, the networks, Python. Its growth is its slope over the second
-half of the steps after learning starts (when that half spans 10k steps or more), in MB per 100k
-env steps: memory that grows with the steps without being replay data, which a leak would show.
+memory minus those rows: TensorFlow, the networks, Python. It is reported at a quarter, half,
+three quarters and the end of the steps after learning starts: memory that grows with the steps
+without being replay data, which a leak would show as a rise at every quarter (a one-off rise, such
+as the first checkpoint's write buffers, shows once).
 With `--resume-steps N` the finished run is then resumed (`resume=<run dir> total_steps=+N`) and
 sampled the same way: a resume reads the latest checkpoint, replay buffer included, so its peak
 against the run's own shows what restoring holds on top of the run's memory. With `--sb3` the same
@@ -34,7 +35,6 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,7 +45,6 @@ sys.path.insert(0, ROOT)
 SB3_PYTHON = os.path.join(ROOT, "benchmarks", ".venv-sb3", "bin", "python")
 
 MB = 1024 * 1024
-MIN_GROWTH_SPAN = 10_000  # env steps the growth is fitted over, at least
 
 
 def _status_kb(pid: int) -> dict[str, int]:
@@ -112,14 +111,14 @@ def last_step(run_dir: str) -> int | None:
     return best
 
 
-def slope_per_100k(points: list[tuple[float, float]]) -> float | None:
-    """Least-squares slope of y against x, times 100000; None with fewer than 3 distinct x."""
-    if len({x for x, _ in points}) < 3:
-        return None
-    mx = statistics.fmean(x for x, _ in points)
-    my = statistics.fmean(y for _, y in points)
-    sxx = sum((x - mx) ** 2 for x, _ in points)
-    return 1e5 * sum((x - mx) * (y - my) for x, y in points) / sxx
+def value_at(points: list[tuple[int, float]], steps: list[float]) -> list[float | None]:
+    """For each of `steps`, the value of the last point (step, value) at or before it (the points
+    in step order); None before the first point."""
+    out = []
+    for target in steps:
+        before = [v for x, v in points if x <= target]
+        out.append(before[-1] if before else None)
+    return out
 
 
 def run_sampled(cmd: list[str], run_dir: str, interval: float, log_path: str) -> dict:
@@ -165,7 +164,7 @@ def buffer_layout(overrides: list[str]) -> dict:
 
 
 def summarize(phase: dict, layout: dict | None) -> dict:
-    """Peaks, the non-buffer memory and its growth over the second half of the learning steps."""
+    """Peaks, and the non-buffer memory at the quarters of the learning steps."""
     samples = [s for s in phase["samples"] if s["step"] is not None]
     rows_mb = lambda s: min(s["step"], layout["capacity"]) * layout["row_bytes"] / MB  # noqa: E731
     out = {"exit_code": phase["exit_code"], "seconds": round(phase["seconds"], 1),
@@ -180,10 +179,10 @@ def summarize(phase: dict, layout: dict | None) -> dict:
         out["buffer_mb_at_end"] = round(rows_mb(samples[-1]), 1)
         out["peak_non_buffer_anon_mb"] = round(max(s["anon_mb"] - rows_mb(s) for s in samples), 1)
         start = max(layout["learning_starts"], samples[0]["step"])
-        half = [s for s in samples if s["step"] >= (start + step) / 2]
-        growth = slope_per_100k([(s["step"], s["anon_mb"] - rows_mb(s)) for s in half]) \
-            if step - (start + step) / 2 >= MIN_GROWTH_SPAN else None  # a short span measures warm-up
-        out["non_buffer_growth_mb_per_100k_steps"] = None if growth is None else round(growth, 1)
+        quarters = [start + q * (step - start) / 4 for q in (1, 2, 3, 4)]
+        running = samples[: next(i for i, s in enumerate(samples) if s["step"] == step) + 1]  # not the exit
+        points = [(s["step"], s["anon_mb"] - rows_mb(s)) for s in running]
+        out["non_buffer_anon_mb_at_quarters"] = [None if v is None else round(v, 1) for v in value_at(points, quarters)]
     return out
 
 
@@ -254,7 +253,7 @@ def main() -> None:
         ("sampled peak, process tree, anon + file (MB)", "peak_total_mb"),
         ("replay rows at the last sample (MB)", "buffer_mb_at_end"),
         ("sampled peak, anon minus replay rows (MB)", "peak_non_buffer_anon_mb"),
-        ("its growth, 2nd half of learning (MB per 100k steps)", "non_buffer_growth_mb_per_100k_steps"),
+        ("the same at 1/4, 1/2, 3/4, all of the learning steps (MB)", "non_buffer_anon_mb_at_quarters"),
         ("env step at the last sample", "end_step"),
         ("wall time (s)", "seconds"),
     ]

@@ -247,6 +247,8 @@ def test_memory_samples_a_run_and_its_resume(tmp_path):
         # the exact peak holds TensorFlow (hundreds of MB) and bounds every sampled total
         assert phase["maxrss_mb"] > 200 and phase["maxrss_mb"] >= 0.95 * phase["peak_total_mb"]
         assert 0 < phase["peak_non_buffer_anon_mb"] <= phase["peak_anon_mb"]
+        quarters = phase["non_buffer_anon_mb_at_quarters"]
+        assert len(quarters) == 4 and all(0 < q <= phase["peak_non_buffer_anon_mb"] for q in quarters)
     steps = [s["step"] for s in report["samples"]["run"] if s["step"] is not None]
     assert steps == sorted(steps) and steps[-1] == 2500
 
@@ -263,12 +265,12 @@ def test_memory_refuses_bad_input_before_running_anything():
     assert "nothing was measured" in proc.stderr
 
 
-def test_memory_slope_and_process_tree():
+def test_memory_reads_values_at_steps_and_the_process_tree():
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-    from memory import process_tree, slope_per_100k
+    from memory import process_tree, value_at
 
-    assert slope_per_100k([(0, 10.0), (50_000, 12.0), (100_000, 14.0)]) == pytest.approx(4.0)
-    assert slope_per_100k([(0, 1.0), (0, 2.0), (5, 3.0)]) is None  # fewer than 3 distinct steps
+    points = [(1000, 5.0), (2000, 6.0), (2000, 7.0), (4000, 9.0)]
+    assert value_at(points, [500, 1000, 2500, 3999, 4000, 9000]) == [None, 5.0, 7.0, 7.0, 9.0, 9.0]
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         tree = process_tree(os.getpid())
