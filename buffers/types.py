@@ -51,6 +51,8 @@ def copy_rows(dst: np.ndarray, src: np.ndarray, chunk_bytes: int = 1 << 24) -> N
     restore holds the buffer once in memory, not once more as mapped file pages."""
     rows = max(1, chunk_bytes // max(1, src[:1].nbytes))
     mapped = getattr(src, "_mmap", None)  # np.memmap's map
+    if not hasattr(mapped, "madvise"):  # not a map, or a system without madvise (Windows)
+        mapped = None
     for start in range(0, len(src), rows):
         stop = min(start + rows, len(src))
         dst[start:stop] = src[start:stop]
