@@ -140,9 +140,11 @@ def run_sampled(cmd: list[str], run_dir: str, interval: float, log_path: str) ->
             "maxrss_mb": usage.ru_maxrss / 1024, "samples": samples}
 
 
-def buffer_layout(overrides: list[str]) -> dict:
-    """Capacity, bytes per row and run length of the composed run (numpy and gymnasium only)."""
+def buffer_layout(overrides: list[str], sb3: bool = False) -> dict:
+    """Capacity, bytes per row and run length of the composed run (numpy and gymnasium only).
+    With `sb3`, SettingError first if SB3 cannot train the same run (before any run starts)."""
     import gymnasium as gym
+    import numpy as np
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
@@ -150,10 +152,12 @@ def buffer_layout(overrides: list[str]) -> dict:
 
     with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
+    if sb3:
+        from benchmarks.sb3_learning import sb3_settings
+
+        sb3_settings(cfg)
     env = make_env(cfg.env.id, seed=0, max_episode_steps=cfg.env.max_episode_steps, kwargs=cfg.env.kwargs)
     discrete = isinstance(env.action_space, gym.spaces.Discrete)
-    import numpy as np
-
     buffer = instantiate(cfg.buffer, obs_dim=int(env.observation_space.shape[0]),
                          action_dim=1 if discrete else int(env.action_space.shape[0]),
                          discrete_actions=discrete, rng=np.random.default_rng(0))
@@ -200,23 +204,28 @@ def main() -> None:
         from hydra.errors import HydraException
         from omegaconf.errors import OmegaConfBaseException
 
+        from benchmarks.sb3_learning import SettingError
+
         try:
-            print(json.dumps(buffer_layout(a.overrides)))
+            print(json.dumps(buffer_layout(a.overrides, sb3=a.sb3)))
         except (HydraException, OmegaConfBaseException) as err:
             sys.exit(str(err))
+        except SettingError as err:
+            sys.exit(f"--sb3: {err}")
         return
     if not os.path.isdir("/proc/self"):
         sys.exit("memory.py reads /proc, which this system does not have (Linux only).")
     if a.interval <= 0 or a.resume_steps < 0:
         sys.exit(f"--interval must be positive and --resume-steps at least 0 (got {a.interval}, {a.resume_steps}).")
-    if a.sb3 and not os.path.exists(SB3_PYTHON):
-        sys.exit(f"--sb3 needs SB3's venv at {SB3_PYTHON}; create it with `bash benchmarks/setup_sb3.sh`.")
 
-    child = subprocess.run([sys.executable, os.path.abspath(__file__), "--layout-only", *a.overrides],
+    child = subprocess.run([sys.executable, os.path.abspath(__file__), "--layout-only", *(["--sb3"] if a.sb3 else []),
+                            *a.overrides],
                            capture_output=True, text=True)
     if child.returncode != 0:
-        sys.exit(f"{child.stderr.strip()}\nthe overrides do not compose into a run (above); they are train.py's.")
+        sys.exit(f"{child.stderr.strip()}\nmemory.py ran nothing: change the overrides as the message above says.")
     layout = json.loads(child.stdout.splitlines()[-1])
+    if a.sb3 and not os.path.exists(SB3_PYTHON):
+        sys.exit(f"--sb3 needs SB3's venv at {SB3_PYTHON}; create it with `bash benchmarks/setup_sb3.sh`.")
     tmp = None if a.run_dir else tempfile.mkdtemp(prefix="tfrl-memory-")
     run_dir = a.run_dir or os.path.join(tmp, "run")
     log = os.path.join(tmp or os.path.dirname(os.path.abspath(run_dir)), "memory_train.log")

@@ -258,7 +258,9 @@ def test_memory_refuses_bad_input_before_running_anything():
     proc = subprocess.run([*base, "--resume-steps", "-5"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "--resume-steps at least 0" in proc.stderr
     proc = subprocess.run([*base, "agent=sac"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode != 0 and "agent/sac" in proc.stderr and "do not compose" in proc.stderr
+    assert proc.returncode != 0 and "agent/sac" in proc.stderr and "ran nothing" in proc.stderr
+    proc = subprocess.run([*base, "buffer=prioritized", "--sb3"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "--sb3: buffer" in proc.stderr and "compare with buffer=uniform" in proc.stderr
     proc = subprocess.run([*base, "total_steps=100", "learning_starts=1000"], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode != 0 and "learning_starts (1000) must be smaller" in proc.stderr
