@@ -135,20 +135,19 @@ def run_sampled(cmd: list[str], run_dir: str, interval: float, log_path: str) ->
             if mem["total_mb"] > 0:
                 samples.append({"t": time.perf_counter() - t0, "step": last_step(run_dir), **mem})
             time.sleep(interval)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return {"exit_code": proc.returncode, "seconds": time.perf_counter() - t0,
+    return {"exit_code": os.waitstatus_to_exitcode(status), "seconds": time.perf_counter() - t0,
             "maxrss_mb": usage.ru_maxrss / 1024, "samples": samples}
 
 
 def buffer_layout(overrides: list[str], sb3: bool = False) -> dict:
-    """Capacity, bytes per row and run length of the composed run (numpy and gymnasium only).
-    With `sb3`, SettingError first if SB3 cannot train the same run (before any run starts)."""
-    import gymnasium as gym
+    """Capacity, bytes per row and run length of the composed run, from the buffer train.py would
+    build (preallocated by np.zeros, so nothing is resident). With `sb3`, SettingError first if
+    SB3 cannot train the same run, so that nothing runs."""
     import numpy as np
     from hydra import compose, initialize_config_dir
-    from hydra.utils import instantiate
 
     from envs.factory import make_env
+    from training.builder import build_buffer
 
     with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
@@ -157,20 +156,20 @@ def buffer_layout(overrides: list[str], sb3: bool = False) -> dict:
 
         sb3_settings(cfg)
     env = make_env(cfg.env.id, seed=0, max_episode_steps=cfg.env.max_episode_steps, kwargs=cfg.env.kwargs)
-    discrete = isinstance(env.action_space, gym.spaces.Discrete)
-    buffer = instantiate(cfg.buffer, obs_dim=int(env.observation_space.shape[0]),
-                         action_dim=1 if discrete else int(env.action_space.shape[0]),
-                         discrete_actions=discrete, rng=np.random.default_rng(0))
-    row = sum(a.nbytes for a in vars(buffer).values() if isinstance(a, np.ndarray) and len(a) == buffer.capacity)
+    buffer = build_buffer(cfg, env.observation_space, env.action_space, np.random.default_rng(0))
     env.close()
-    return {"capacity": buffer.capacity, "row_bytes": row // buffer.capacity,
+    data = buffer.state_dict()["data"]  # the rows written so far: none, but the width is the row's
+    return {"capacity": buffer.capacity, "row_bytes": data.shape[1] * data.itemsize,
             "total_steps": int(cfg.total_steps), "learning_starts": int(cfg.learning_starts)}
 
 
 def summarize(phase: dict, layout: dict | None) -> dict:
     """Peaks, and the non-buffer memory at the quarters of the learning steps."""
     samples = [s for s in phase["samples"] if s["step"] is not None]
-    rows_mb = lambda s: min(s["step"], layout["capacity"]) * layout["row_bytes"] / MB  # noqa: E731
+
+    def rows_mb(sample: dict) -> float:
+        return min(sample["step"], layout["capacity"]) * layout["row_bytes"] / MB
+
     out = {"exit_code": phase["exit_code"], "seconds": round(phase["seconds"], 1),
            "maxrss_mb": round(phase["maxrss_mb"], 1), "samples": len(phase["samples"])}
     if not phase["samples"]:
@@ -205,10 +204,11 @@ def main() -> None:
         from omegaconf.errors import OmegaConfBaseException
 
         from benchmarks.sb3_learning import SettingError
+        from training.config import ConfigError
 
         try:
             print(json.dumps(buffer_layout(a.overrides, sb3=a.sb3)))
-        except (HydraException, OmegaConfBaseException) as err:
+        except (HydraException, OmegaConfBaseException, ConfigError) as err:
             sys.exit(str(err))
         except SettingError as err:
             sys.exit(f"--sb3: {err}")

@@ -1,3 +1,7 @@
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -123,9 +127,6 @@ def test_restoring_a_saved_buffer_holds_it_once_in_memory(tmp_path):
     """A resume reads the checkpoint's buffer.npz into a buffer whose rows are preallocated. The
     peak resident memory of that read must grow by about the buffer's size, not twice it (np.load
     reads the whole array before it is copied into place; mapped file pages count too)."""
-    import subprocess
-    import sys
-
     capacity, obs_dim = 60_000, 200
     buf = UniformReplay(capacity, obs_dim, 8, 0.99, np.random.default_rng(0))
     rng = np.random.default_rng(1)
@@ -135,7 +136,7 @@ def test_restoring_a_saved_buffer_holds_it_once_in_memory(tmp_path):
     state = buf.state_dict()
     size_mb = state["data"].nbytes / 2**20
     np.savez(tmp_path / "buffer.npz", **state)
-    root = __import__("os").path.dirname(__import__("os").path.dirname(__file__))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run([sys.executable, "-c", _RESTORE_IN_A_FRESH_PROCESS, str(tmp_path / "buffer.npz"),
                           str(capacity), str(obs_dim)], cwd=root, capture_output=True, text=True, check=True)
     grown_mb, obs_sum, rows = out.stdout.split()

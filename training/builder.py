@@ -150,17 +150,22 @@ def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
     )
     obs_space, action_space = envs.single_observation_space, envs.single_action_space
     agent = build_agent(cfg, obs_space, action_space, rng, shards)
+    buffer = build_buffer(cfg, obs_space, action_space, rng) if with_buffer else None
+    return Run(agent=agent, buffer=buffer, envs=envs, eval_env=eval_env, rng=rng)
+
+
+def build_buffer(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, rng: np.random.Generator) -> Buffer:
+    """The replay buffer of the config, sized for these spaces (preallocated, its pages untouched)."""
     discrete = isinstance(action_space, gym.spaces.Discrete)
     check_settings(cfg.buffer, "buffer")
-    buffer = _instantiate(
+    return _instantiate(
         cfg.buffer,
         cfg.buffer._target_,
         obs_dim=int(obs_space.shape[0]),
         action_dim=1 if discrete else int(action_space.shape[0]),
         discrete_actions=discrete,
         rng=rng,
-    ) if with_buffer else None
-    return Run(agent=agent, buffer=buffer, envs=envs, eval_env=eval_env, rng=rng)
+    )
 
 
 def loop_settings(cfg: DictConfig) -> LoopSettings:
