@@ -15,11 +15,12 @@ import numpy as np
 import tensorflow as tf
 
 from agents import losses
-from agents.base import DeterministicActorAgent, adam, shard_batch, shard_mean, unshard
+from agents.base import adam, check_tau, copy_of
+from agents.deterministic import DeterministicActor
 from buffers.types import Batch
 
 
-class DDPG(DeterministicActorAgent):
+class DDPG(DeterministicActor):
     def __init__(
         self,
         obs_dim: int,
@@ -32,37 +33,24 @@ class DDPG(DeterministicActorAgent):
         tau: float = 0.005,
         critic_l2: float = 0.0,
         exploration_noise: float = 0.1,
-        compile: str = "graph",
-        fast_act: bool = True,
-        batch_shards: int = 1,
-        update_precision: str = "float32",
     ):
-        super().__init__(
-            obs_dim, action_low, action_high, network, rng, actor_lr, exploration_noise, compile,
-            fast_act, batch_shards, update_precision,
-        )
-        self.tau = float(tau)
-        critic_in = self.obs_dim + self.action_dim
-        self.critic = network(critic_in, 1, l2=critic_l2, name="critic")
-        self.critic_target = network(critic_in, 1, l2=critic_l2, name="critic_target")
-        self.critic_target.set_weights(self.critic.get_weights())
+        super().__init__(obs_dim, action_low, action_high, network, rng, actor_lr, exploration_noise)
+        self.tau = check_tau(tau)
+        self.critic = self.critic_network(network, "critic", l2=critic_l2)
+        self.critic_target = copy_of(self.critic, self.critic_network(network, "critic_target", l2=critic_l2))
         self.critic_optimizer = adam(critic_lr)
         self.critic_optimizer.build(self.critic.trainable_variables)
-        self._online_vars = self.actor.weights + self.critic.weights
-        self._target_vars = self.actor_target.weights + self.critic_target.weights
-        self._compile_update()
+        self._online = self.actor.weights + self.critic.weights
+        self._targets = self.actor_target.weights + self.critic_target.weights
 
-    def _update(self, batch: Batch) -> dict[str, tf.Tensor]:
+    def update(self, batch: Batch) -> dict[str, tf.Tensor]:
         self.updates.assign_add(1)
-        shards = shard_batch(batch, self.batch_shards)
-        targets = [
-            losses.td_target(s.reward, s.discount, self._q(self.critic_target, s.next_obs, self._target_policy(s.next_obs)))
-            for s in shards
-        ]
+        next_q = self.q(self.critic_target, batch.next_obs, self.target_policy(batch.next_obs), training=False)
+        target = losses.td_target(batch.reward, batch.discount, next_q)
         critic_vars = self.critic.trainable_variables
         with tf.GradientTape() as tape:
-            q = [self._q(self.critic, s.obs, s.action) for s in shards]
-            critic_loss = shard_mean([losses.mse(qs, t, s.weight) for qs, t, s in zip(q, targets, shards)])
+            q = self.q(self.critic, batch.obs, batch.action)
+            critic_loss = losses.mse(q, target, batch.weight)
             penalty = tf.add_n(self.critic.losses) if self.critic.losses else tf.constant(0.0)
             total = critic_loss + penalty
         grads = tape.gradient(total, critic_vars)
@@ -70,19 +58,16 @@ class DDPG(DeterministicActorAgent):
 
         actor_vars = self.actor.trainable_variables
         with tf.GradientTape() as tape:
-            actor_loss = shard_mean([
-                losses.deterministic_actor_loss(self._q(self.critic, s.obs, self._policy(s.obs))) for s in shards
-            ])
+            actor_loss = losses.deterministic_actor_loss(self.q(self.critic, batch.obs, self.policy(batch.obs)))
         grads = tape.gradient(actor_loss, actor_vars)
         self.actor_optimizer.apply_gradients(zip(grads, actor_vars))
-        losses.soft_update(self._target_vars, self._online_vars, self.tau)
-        q, target = unshard(q), unshard(targets)
+        losses.soft_update(self._targets, self._online, self.tau)
         return {
             "critic_loss": critic_loss,
             "actor_loss": actor_loss,
             "q1": tf.reduce_mean(q),
             "target_q": tf.reduce_mean(target),
-            "td_error": tf.abs(target - q),  # per-sample, for prioritized replay
+            "td_error": tf.abs(target - q),  # per sample, for prioritized replay
         }
 
     def trackables(self) -> dict:

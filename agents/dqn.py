@@ -2,10 +2,8 @@
 and switches for Double DQN (van Hasselt et al. 2016); a dueling head (Wang et al. 2016) comes from
 `network=dueling_mlp`.
 
-The TD target is computed for the whole batch inside the compiled update, with
-`tf.gather(..., batch_dims=1)`. The target network is copied every `target_update_every`
-updates (tau=1) or Polyak-averaged with `tau` < 1 every update. The position in the epsilon
-schedule is checkpointed with the networks.
+The target network is copied every `target_update_every` updates (tau=1) or Polyak-averaged with
+`tau` < 1 every update. The position in the epsilon schedule is checkpointed with the networks.
 """
 from __future__ import annotations
 
@@ -16,7 +14,8 @@ import numpy as np
 import tensorflow as tf
 
 from agents import losses
-from agents.base import CompiledAgent, ExportedPolicy, adam, check_shards, shard_batch, shard_mean, unshard
+from agents.acting import Forward
+from agents.base import adam, check_tau, copy_of
 from buffers.types import Batch
 
 
@@ -33,7 +32,7 @@ class _Counter(tf.train.experimental.PythonState):
         self.value = int(string_value)
 
 
-class DQN(CompiledAgent):
+class DQN:
     ACTION_KIND = "discrete"
 
     def __init__(
@@ -51,37 +50,28 @@ class DQN(CompiledAgent):
         eps_start: float = 1.0,
         eps_end: float = 0.05,
         eps_decay_steps: int = 10000,
-        compile: str = "graph",
-        fast_act: bool = True,
-        batch_shards: int = 1,
-        update_precision: str = "float32",
     ):
         if loss not in ("huber", "mse"):
             raise ValueError(f"agent.loss must be huber or mse, got {loss!r}")
         if target_update_every < 1:
             raise ValueError(f"agent.target_update_every must be at least 1, got {target_update_every}")
-        if not 0.0 < tau <= 1.0:
-            raise ValueError(f"agent.tau must lie in (0, 1], got {tau}")
         if not (0.0 <= eps_end <= 1.0 and 0.0 <= eps_start <= 1.0):
             raise ValueError(f"agent.eps_start and agent.eps_end must lie in [0, 1], got {eps_start}, {eps_end}")
         self.obs_dim, self.num_actions = int(obs_dim), int(num_actions)
-        self.double, self.loss = bool(double), loss
-        self.target_update_every, self.tau = int(target_update_every), float(tau)
-        self.max_grad_norm = max_grad_norm
+        self.action_spec = tf.TensorSpec([None], tf.int32, name="action")
+        self.double, self.tau = bool(double), check_tau(tau)
+        self.loss_fn = losses.huber if loss == "huber" else losses.mse
+        self.target_update_every, self.max_grad_norm = int(target_update_every), max_grad_norm
         self.eps_start, self.eps_end, self.eps_decay_steps = float(eps_start), float(eps_end), int(eps_decay_steps)
         self._rng = rng
-        self.batch_shards = check_shards(batch_shards)
 
         self.q = network(self.obs_dim, self.num_actions, name="q")
-        self.q_target = network(self.obs_dim, self.num_actions, name="q_target")
-        self.q_target.set_weights(self.q.get_weights())
+        self.q_target = copy_of(self.q, network(self.obs_dim, self.num_actions, name="q_target"))
         self.optimizer = adam(lr)
         self.optimizer.build(self.q.trainable_variables)
         self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
         self.explore_steps = _Counter()  # env steps acted with exploration: the epsilon schedule's clock
-
-        action_spec = tf.TensorSpec([None], tf.int32, name="action")
-        self._compile(self.obs_dim, self.q, action_spec, compile, fast_act, update_precision)
+        self.acting = Forward(self.q)
 
     # --- acting -------------------------------------------------------------------------
     @property
@@ -91,7 +81,7 @@ class DQN(CompiledAgent):
     def act(self, obs: np.ndarray, explore: bool) -> np.ndarray:
         """Greedy actions for a batch of observations; with `explore`, each is replaced by a
         uniform random action with probability epsilon, and the schedule advances."""
-        action = np.argmax(self._forward(obs), axis=1).astype(np.int64)
+        action = np.argmax(self.acting(obs), axis=1).astype(np.int64)
         if explore:
             n = action.shape[0]
             random_mask = self._rng.random(n) < self.epsilon
@@ -99,19 +89,20 @@ class DQN(CompiledAgent):
             self.explore_steps.value += n
         return action
 
-    # --- updating -----------------------------------------------------------------------
-    def _host_metrics(self) -> dict[str, float]:
+    def policy(self, obs: tf.Tensor) -> tf.Tensor:
+        return tf.argmax(self.q(obs, training=False), axis=1, output_type=tf.int32)
+
+    def host_metrics(self) -> dict[str, float]:
         return {"epsilon": self.epsilon}
 
-    def _update(self, batch: Batch) -> dict[str, tf.Tensor]:
+    # --- updating -----------------------------------------------------------------------
+    def update(self, batch: Batch) -> dict[str, tf.Tensor]:
         self.updates.assign_add(1)
-        shards = shard_batch(batch, self.batch_shards)
-        targets = [self._target(s) for s in shards]
+        target = self.target(batch)
         variables = self.q.trainable_variables
-        loss_fn = losses.huber if self.loss == "huber" else losses.mse
         with tf.GradientTape() as tape:
-            q_taken = [losses.q_of_actions(self.q(s.obs, training=True), s.action) for s in shards]
-            loss = shard_mean([loss_fn(q, t, s.weight) for q, t, s in zip(q_taken, targets, shards)])
+            q_taken = losses.q_of_actions(self.q(batch.obs, training=True), batch.action)
+            loss = self.loss_fn(q_taken, target, batch.weight)
         grads = tape.gradient(loss, variables)
         if self.max_grad_norm:
             grads, _ = tf.clip_by_global_norm(grads, self.max_grad_norm)
@@ -120,7 +111,6 @@ class DQN(CompiledAgent):
             losses.soft_update(self.q_target.weights, self.q.weights, self.tau)
         else:
             tf.cond(self.updates % self.target_update_every == 0, self._copy_to_target, lambda: tf.constant(False))
-        q_taken, target = unshard(q_taken), unshard(targets)
         return {
             "loss": loss,
             "q": tf.reduce_mean(q_taken),
@@ -128,9 +118,8 @@ class DQN(CompiledAgent):
             "td_error": tf.abs(target - q_taken),
         }
 
-    def _target(self, batch: Batch) -> tf.Tensor:
-        """r + discount * V'(s') for a batch (or shard): max_a Q'(s', a), or Q' at the online
-        network's argmax with Double DQN."""
+    def target(self, batch: Batch) -> tf.Tensor:
+        """r + discount * V'(s'): max_a Q'(s', a), or Q' at the online network's argmax with Double DQN."""
         next_q_online = self.q(batch.next_obs, training=False) if self.double else None
         next_v = losses.dqn_next_value(self.q_target(batch.next_obs, training=False), next_q_online)
         return losses.td_target(batch.reward, batch.discount, next_v)
@@ -138,9 +127,6 @@ class DQN(CompiledAgent):
     def _copy_to_target(self) -> tf.Tensor:
         losses.soft_update(self.q_target.weights, self.q.weights, 1.0)  # tau 1: a hard copy
         return tf.constant(True)
-
-    def policy_module(self) -> tf.Module:
-        return _GreedyPolicy(self.q, self.obs_dim)
 
     def trackables(self) -> dict:
         return {
@@ -150,13 +136,3 @@ class DQN(CompiledAgent):
             "updates": self.updates,
             "explore_steps": self.explore_steps,
         }
-
-
-class _GreedyPolicy(ExportedPolicy):
-    def __init__(self, q: keras.Model, obs_dim: int):
-        super().__init__(obs_dim)
-        self.q = q
-        self.trace()
-
-    def _act(self, obs):
-        return tf.argmax(self.q(obs, training=False), axis=1, output_type=tf.int32)

@@ -43,8 +43,8 @@ def main() -> None:
     run = build_run(cfg)
     for transition in random_transitions(run.envs, 5000):
         run.buffer.add(*transition)
-    agent, envs = run.agent, run.envs
-    batch = run.buffer.sample(int(cfg.batch_size))
+    agent, envs = run.learner, run.envs
+    batch = run.buffer.sample_batches(int(cfg.batch_size), 1)
     update_s = per_call(lambda: agent.update(batch), 1, 5)
     obs = envs.reset(seed=0)[0]
 

@@ -9,7 +9,7 @@ ratio of medians.
 
 Writes benchmarks/results/sb3_comparison.json. With `--updates` it compares the update alone
 instead: ms per update including the sampling of its batch, one update per call (tfrl's
-`agent.update`, SB3's `train(gradient_steps=1)`) and 16 per call (`agent.update_many`,
+`agent.update`, SB3's `train(gradient_steps=1)`) and 16 per call (`learner.update` of 16 stacked batches,
 `train(gradient_steps=16)`), on a buffer filled by the warm-up; it writes
 benchmarks/results/sb3_update_comparison.json. Since a loop step costs at least its update, the
 ratio of the updates bounds what the loop's ratio can reach at one update per step.
@@ -43,7 +43,7 @@ CASES = {
     # The opt-in bfloat16 matmuls of the update (`update_precision`), against SB3 in float32: not
     # the same settings, so not a like-for-like ratio; it shows what the opt-in adds to td3_ant.
     "td3_ant_bf16": (
-        ["agent=td3", "env=ant", "update_precision=bfloat16"],
+        ["agent=td3", "env=ant", "speed.update_precision=bfloat16"],
         ["td3", "Ant-v5", "--hidden", "256", "256", "--batch", "256", "--train-freq", "1"],
     ),
     "dqn_cartpole_every4": (
@@ -57,10 +57,10 @@ CASES = {
         ["dqn", "CartPole-v1", "--hidden", "64", "64", "--batch", "64", "--train-freq", "1"],
     ),
 }
-# The DQN cases again with TF's own inter-op pool: tfrl's default (`tf_threads.inter_op=auto`)
+# The DQN cases again with TF's own inter-op pool: tfrl's default (`speed.threads.inter_op=auto`)
 # runs a network this small with one inter-op thread; this shows what that runtime setting is worth.
 for _name in ("dqn_cartpole_every4", "dqn_cartpole_every1"):
-    CASES[f"{_name}_tfpool"] = (CASES[_name][0] + ["tf_threads.inter_op=null"], CASES[_name][1])
+    CASES[f"{_name}_tfpool"] = (CASES[_name][0] + ["speed.threads.inter_op=null"], CASES[_name][1])
 
 
 # the cases whose updates differ (the others repeat one of these at another cadence)

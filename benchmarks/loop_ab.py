@@ -2,9 +2,9 @@
 that the machine's drift hits every variant alike. Each variant is a string of overrides on top of
 the common ones; all variants share TF's thread settings (they are fixed per process).
 
-    uv run python benchmarks/loop_ab.py agent=td3 env=ant --variants "" "steps_per_call=0"
+    uv run python benchmarks/loop_ab.py agent=td3 env=ant --variants "" "speed.steps_per_call=0"
     uv run python benchmarks/loop_ab.py agent=dqn env=cartpole network.hidden=[64,64] batch_size=64 \\
-        updates_per_step=1 train_every=1 buffer.capacity=1000000 --variants "" "steps_per_call=0"
+        updates_per_step=1 train_every=1 buffer.capacity=1000000 --variants "" "speed.steps_per_call=0"
 
 Each round trains every variant for `--warmup` random steps then `--intervals` + 1 intervals of
 `--steps` env steps (the first one, with the tracing, is not timed); a variant's figure is the
@@ -53,8 +53,9 @@ def main() -> None:
     for r in range(a.rounds):
         for variant, (cfg, run) in runs.items():
             records = _Records(_PartTimer())
-            train(run.agent, run.buffer, run.envs, run.eval_env,
-                  timed_settings(loop_settings(cfg), a.warmup, a.steps, a.intervals), records)
+            train(run.learner, run.buffer, run.envs, run.eval_env,
+                  timed_settings(loop_settings(cfg, run.speed), a.warmup, a.steps, a.intervals), records,
+                  driver=run.driver)
             rates[variant].append(interval_rate(timed_intervals(records, a.warmup, a.steps, a.intervals)))
             print(f"round {r + 1}: {rates[variant][-1]:8.1f} env steps/s  {variant or '(as is)'}", flush=True)
     for _, run in runs.values():

@@ -229,7 +229,7 @@ def main() -> None:
     tmp = None if a.run_dir else tempfile.mkdtemp(prefix="tfrl-memory-")
     run_dir = a.run_dir or os.path.join(tmp, "run")
     log = os.path.join(tmp or os.path.dirname(os.path.abspath(run_dir)), "memory_train.log")
-    train = [sys.executable, os.path.join(ROOT, "train.py"), "progress=false"]
+    train = [sys.executable, os.path.join(ROOT, "train.py"), "logger.progress=false"]
     phases = {}
     try:
         print(f"training: {' '.join(a.overrides) or '(defaults)'} in {run_dir}", flush=True)

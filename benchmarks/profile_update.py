@@ -1,5 +1,5 @@
 """Where an update's time goes, op by op, from TensorFlow's profiler: K updates one call each
-against the same K fused into one call (agent.update_many), and the float32 and bfloat16 matmul
+against the same K fused into one call (agent.update with K stacked batches), and the float32 and bfloat16 matmul
 peaks of this machine for comparison.
 
     uv run python benchmarks/profile_update.py agent=td3 env=ant
@@ -95,11 +95,11 @@ def main() -> None:
     run = build_run(cfg)
     for transition in random_transitions(run.envs, max(5000, int(cfg.batch_size) * a.k)):
         run.buffer.add(*transition)
-    batch_size, agent = int(cfg.batch_size), run.agent
-    one = run.buffer.sample(batch_size)
+    batch_size, agent = int(cfg.batch_size), run.learner
+    one = run.buffer.sample_batches(batch_size, 1)
     many = run.buffer.sample_batches(batch_size, a.k)
     ways = {"one call per update": lambda: [agent.update(one) for _ in range(a.k)],
-            f"{a.k} fused in one call": lambda: agent.update_many(many)}
+            f"{a.k} fused in one call": lambda: agent.update(many)}
     for name, fn in ways.items():
         ms = 1e3 * per_call(fn, 1, 5) / a.k  # its first call traces, untimed
         print(f"\n{name}: {ms:.3f} ms per update (median of 5); ops by time per update:")

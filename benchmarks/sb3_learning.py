@@ -10,7 +10,7 @@ The same: the algorithm and its hyper-parameters, the network's hidden sizes and
 PyTorch's default init, batch size, buffer capacity, random steps before learning, the update
 cadence (`updates_per_step`, `train_every`), gamma, n-step returns (`buffer.n_step` as SB3's
 `n_steps`, whose targets `sb3_nstep_check.py` finds equal to tfrl's), truncation kept apart from
-termination, and the evaluation (training/episodes.py's, with SB3's deterministic policy):
+termination, and the evaluation (training/evaluation.py's, with SB3's deterministic policy):
 `eval_episodes` episodes at step 0, every `eval_every` steps and at the end, on an env whose first
 reset is seeded with seed + 100, written to eval.csv with train.py's columns.
 - TD3 and DDPG: learning rate, tau, policy delay, target smoothing and exploration noise (in units
@@ -44,7 +44,7 @@ import numpy as np  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from training.episodes import evaluate  # noqa: E402
+from training.evaluation import evaluate  # noqa: E402
 
 
 class SettingError(ValueError):
@@ -68,8 +68,8 @@ def sb3_settings(cfg: DictConfig) -> tuple[str, dict]:
         problems.append(f"network.init {cfg.network.init} (SB3 uses PyTorch's default init, network.init=torch)")
     if cfg.network.activation not in ("relu", "tanh"):
         problems.append(f"network.activation {cfg.network.activation} (relu or tanh)")
-    if cfg.get("update_precision", "float32") != "float32":
-        problems.append(f"update_precision {cfg.update_precision} (SB3 runs float32)")
+    if cfg.speed.update_precision != "float32":
+        problems.append(f"speed.update_precision {cfg.speed.update_precision} (SB3 runs float32)")
     gradient_steps = float(cfg.updates_per_step) * int(cfg.train_every)
     if gradient_steps != int(gradient_steps) or gradient_steps < 1:
         problems.append(f"updates_per_step x train_every = {gradient_steps} (SB3 needs a whole number of updates per phase)")
@@ -148,7 +148,7 @@ def make_env(cfg: DictConfig, eval: bool = False) -> gym.Env:
 
 
 class SB3Policy:
-    """SB3's deterministic policy behind the Agent protocol's `act`, for training/episodes.py."""
+    """SB3's deterministic policy behind the Agent protocol's `act`, for training/evaluation.py."""
 
     def __init__(self, model):
         self.model = model

@@ -3,7 +3,7 @@
     uv run python benchmarks/throughput.py agent=td3 env=ant
     uv run python benchmarks/throughput.py agent=dqn env=cartpole network.hidden=[64,64] batch_size=64 \\
         updates_per_step=0.25 train_every=4
-    uv run python benchmarks/throughput.py agent=td3 env=ant bench.modes=[graph] fuse_updates=false
+    uv run python benchmarks/throughput.py agent=td3 env=ant bench.modes=[graph] speed.fuse_updates=false
 
 Configured like train.py (conf/throughput.yaml adds a `bench` section to the run config), so any
 agent, env, network, buffer and cadence works. Each figure is the median of `bench.repeats`
@@ -77,7 +77,7 @@ def random_transitions(envs, n: int):
 class _PartTimer:
     """Wraps the calls the loop makes (env step, act, buffer add and sample, update) to add up
     the time spent in each, so the loop's own overhead is measured inside the same run. A part's
-    time excludes the parts it calls: with `steps_per_call`, the update's compiled call runs the
+    time excludes the parts it calls: with `speed.steps_per_call`, the driver's compiled call runs the
     env steps, acting and sampling, and "update" is the rest of that call."""
 
     def __init__(self):
@@ -120,7 +120,7 @@ class _Records:
 
 def run_config(cfg: DictConfig, mode: str) -> DictConfig:
     run = OmegaConf.masked_copy(cfg, [k for k in cfg if k not in ("bench",)])
-    run.compile = mode
+    run.speed.compile = mode
     OmegaConf.resolve(run)
     return run
 
@@ -160,15 +160,16 @@ def measure_loop(cfg: DictConfig, mode: str, bench: DictConfig, time_parts: bool
     steps = max(steps - steps % parts.envs.num_envs, parts.envs.num_envs)
     repeats = int(bench.repeats)
     warmup = int(bench.warmup)
-    settings = timed_settings(loop_settings(run), warmup, steps, repeats)
+    settings = timed_settings(loop_settings(run, parts.speed), warmup, steps, repeats)
     timer = _PartTimer()
-    timed = [(parts.envs, "step", "env_step"), (parts.agent, "act", "act"), (parts.agent, "update", "update"),
-             (parts.agent, "update_many", "update"), (parts.agent, "update_from", "update"),
-             (parts.buffer, "add", "buffer_add"), (parts.buffer, "sample", "sample")]
+    timed = [(parts.envs, "step", "env_step"), (parts.learner, "act", "act"), (parts.learner, "update", "update"),
+             (parts.buffer, "add", "buffer_add"), (parts.buffer, "sample_batches", "sample")]
+    if parts.driver is not None:
+        timed.append((parts.driver, "run", "update"))
     for obj, method, part in timed if time_parts else []:
         timer.wrap(obj, method, part)
     records = _Records(timer)
-    train(parts.agent, parts.buffer, parts.envs, parts.eval_env, settings, records)
+    train(parts.learner, parts.buffer, parts.envs, parts.eval_env, settings, records, driver=parts.driver)
     parts.close()
     intervals = timed_intervals(records, warmup, steps, repeats)
     rate = interval_rate(intervals)
@@ -194,7 +195,7 @@ def measure_parts(cfg: DictConfig, mode: str, bench: DictConfig, only_update: bo
 
     run = run_config(cfg, mode)
     parts = build_run(run)
-    agent, buffer, envs = parts.agent, parts.buffer, parts.envs
+    agent, buffer, envs = parts.learner, parts.buffer, parts.envs
     reps, B = int(bench.repeats), int(run.batch_size)
     n_envs = envs.num_envs
     out: dict[str, float] = {}
@@ -226,12 +227,12 @@ def measure_update(agent, buffer, run: DictConfig, bench: DictConfig, mode: str)
     cadence when it fuses another number), in ms per update, on batches of the filled buffer;
     and the sampling of K batches together."""
     reps, B, K = int(bench.repeats), int(run.batch_size), int(bench.fuse)
-    batch = buffer.sample(B)
+    batch = buffer.sample_batches(B, 1)
     number = 5 if mode == "eager" else 50
     out = {"update_ms": 1e3 * per_call(lambda: agent.update(batch), number, reps)}
-    for n in sorted({K, updates_per_phase(run) if run.fuse_updates else 1} - {1}):
+    for n in sorted({K, updates_per_phase(run) if run.speed.fuse_updates else 1} - {1}):
         stacked = buffer.sample_batches(B, n)
-        out[f"fused_x{n}_update_ms"] = 1e3 * per_call(lambda: agent.update_many(stacked), max(1, number // n), reps) / n
+        out[f"fused_x{n}_update_ms"] = 1e3 * per_call(lambda: agent.update(stacked), max(1, number // n), reps) / n
         out[f"sample_x{n}_us"] = 1e6 * per_call(lambda: buffer.sample_batches(B, n), max(1, 800 // n), reps)
     if mode == "graph":
         out["update_traces"] = agent.update_trace_count
@@ -240,15 +241,15 @@ def measure_update(agent, buffer, run: DictConfig, bench: DictConfig, mode: str)
 
 def acting_floor(cfg: DictConfig, bench: DictConfig) -> dict:
     """Acting against its floor (the numpy forward pass of the same weights, nothing else) and the
-    TF path (`agent.fast_act=false`)."""
+    TF path (`speed.numpy_acting=false`)."""
     from networks.numpy_forward import dense_forward_fn
     from training.builder import build_run
 
     run = run_config(cfg, "graph")
-    run.agent.fast_act = False
+    run.speed.numpy_acting = False
     parts = build_run(run, with_buffer=False)
-    agent, reps = parts.agent, int(bench.repeats)
-    net = agent._acting_net
+    agent, reps = parts.learner, int(bench.repeats)
+    net = agent.agent.acting.network
     forward, weights = dense_forward_fn(net), [np.array(w) for w in net.get_weights()]
     obs, _ = parts.eval_env.reset(seed=0)
     one = np.asarray(obs, np.float32)[None]
@@ -272,7 +273,7 @@ def table(results: dict, modes: list[str]) -> str:
 def cadence_parts_us(r: dict, run: DictConfig) -> float:
     """Sum of the parts timed one by one, per env step at the run's cadence."""
     n_envs, n = int(run.num_envs), updates_per_phase(run)
-    if n > 1 and run.fuse_updates:
+    if n > 1 and run.speed.fuse_updates:
         update_us = 1e3 * r[f"fused_x{n}_update_ms"] + r[f"sample_x{n}_us"] / n
     else:
         update_us = 1e3 * r["update_ms"] + r["sample_us"]
@@ -311,7 +312,7 @@ def main(cfg: DictConfig) -> None:
     name = f"{choices.get('agent')}_{choices.get('env')}"
     print(f"\n{name}: {cfg.env.id}, network {list(cfg.network.hidden)}, batch {cfg.batch_size}, "
           f"{cfg.updates_per_step} updates/step, train_every {cfg.train_every}, num_envs {cfg.num_envs}, "
-          f"fuse_updates {cfg.fuse_updates}; median of {bench.repeats}")
+          f"fuse_updates {cfg.speed.fuse_updates}; median of {bench.repeats}")
     print(table(results, modes))
     for k, v in floor.items():
         print(f"{k}: {v:.4g}")

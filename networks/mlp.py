@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import keras
 
 from networks import precision
+from networks.sharding import Network
 
 INITS = ("torch", "keras")
 
@@ -75,7 +76,7 @@ def mlp(
     outputs = dense(
         output_dim, fan_in, init, activation=output_activation, kernel_regularizer=regularizer, name=f"{name}_out"
     )(x)
-    return keras.Model(inputs, outputs, name=name)
+    return Network(inputs, outputs, name=name)
 
 
 def dueling_mlp(
@@ -106,7 +107,7 @@ def dueling_mlp(
     a = dense(last, fan_in, init, activation=activation, kernel_regularizer=regularizer, name=f"{name}_a_h")(x)
     a = dense(output_dim, last, init, kernel_regularizer=regularizer, name=f"{name}_a")(a)
     q = DuelingCombine(name=f"{name}_out")([v, a])
-    return keras.Model(inputs, q, name=name)
+    return Network(inputs, q, name=name)
 
 
 @keras.saving.register_keras_serializable(package="tfrl")

@@ -14,28 +14,27 @@ from hydra.utils import get_class, get_object, instantiate
 from omegaconf import DictConfig
 
 from agents.base import Agent
+from agents.compiled import CompiledAgent
 from buffers.types import Buffer
 from envs.factory import check_action_space, make_env, make_vector_env
 from training.config import ConfigError, validate
+from training.driven import GraphDriver
 from training.loop import LoopSettings
-from training.seeding import (
-    auto_batch_shards,
-    auto_inter_op,
-    auto_intra_op,
-    available_cores,
-    configure_devices,
-    configure_threads,
-    seed_everything,
-)
+from training.seeding import seed_everything
+from training.speed import Speed, apply_threads, configure_devices, decide
 
 
 @dataclass
 class Run:
-    agent: Agent
+    """The parts of one run, built from its config (`build_run`)."""
+
+    learner: CompiledAgent
+    speed: Speed
     buffer: Buffer
     envs: gym.vector.VectorEnv
     eval_env: gym.Env
     rng: np.random.Generator
+    driver: GraphDriver | None = None  # env steps driven from inside the graph (speed.steps_per_call > 0)
 
     def close(self) -> None:
         self.envs.close()
@@ -49,9 +48,8 @@ def agent_class(cfg: DictConfig) -> type:
         raise ConfigError(f"agent._target_={cfg.agent._target_!r} cannot be imported: {err}") from err
 
 
-def build_agent(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, rng: np.random.Generator,
-                shards: int | None = None) -> Agent:
-    """The agent of `cfg`; `shards` is its `batch_shards(cfg)` where the caller has it already."""
+def build_agent(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, rng: np.random.Generator) -> Agent:
+    """The algorithm of `cfg` (its maths, uncompiled), sized for these spaces."""
     if len(obs_space.shape) != 1:
         raise ConfigError(
             f"{cfg.env.id} has observations of shape {obs_space.shape}; the MLP networks need flat "
@@ -60,8 +58,6 @@ def build_agent(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, 
     check_settings(cfg.network, "network")
     check_settings(cfg.agent, "agent")
     kwargs: dict = {"obs_dim": int(obs_space.shape[0]), "network": instantiate(cfg.network), "rng": rng}
-    if "batch_shards" in cfg.agent:  # `auto` decided here; configs saved before it existed lack it
-        kwargs["batch_shards"] = batch_shards(cfg) if shards is None else shards
     if isinstance(action_space, gym.spaces.Box):
         kwargs.update(action_low=action_space.low, action_high=action_space.high)
     else:
@@ -69,25 +65,18 @@ def build_agent(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, 
     return _instantiate(cfg.agent, f"{cfg.agent._target_} with network {cfg.network._target_}", **kwargs)
 
 
-def inter_op_pool(cfg: DictConfig) -> int | None:
-    """The inter-op pool size the run asks for (None: TF's default), with `auto` decided."""
-    value = (cfg.get("tf_threads") or {}).get("inter_op")
-    return auto_inter_op(cfg.network.get("hidden")) if value == "auto" else value
+def decide_speed(cfg: DictConfig) -> Speed:
+    """The run's `speed` group with `auto` decided for this machine."""
+    return decide(cfg.speed, cfg.network.get("hidden"), int(cfg.batch_size))
 
 
-def batch_shards(cfg: DictConfig) -> int:
-    """The agent's `batch_shards` (the top-level value, unless agent.batch_shards is set apart;
-    1 for a saved config from before it existed), with `auto` decided for this machine
-    (`auto_batch_shards`). One inter-op thread cannot run shards side by side, so then 1."""
-    value = cfg.agent.get("batch_shards", 1)
-    if value != "auto":
-        return int(value)
-    if inter_op_pool(cfg) == 1:
-        return 1
-    import tensorflow as tf  # listing devices does not start TF's runtime: threads can still be set
-
-    gpus = len(tf.config.list_physical_devices("GPU"))
-    return auto_batch_shards(str(cfg.compile), cfg.network.get("hidden"), int(cfg.batch_size), available_cores(), gpus)
+def build_learner(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, rng: np.random.Generator,
+                  speed: Speed | None = None) -> CompiledAgent:
+    """The agent of `cfg`, its update compiled with the run's speed settings."""
+    speed = speed or decide_speed(cfg)
+    agent = build_agent(cfg, obs_space, action_space, rng)
+    return CompiledAgent(agent, compile=speed.compile, update_precision=speed.update_precision,
+                         batch_shards=speed.batch_shards, numpy_acting=speed.numpy_acting)
 
 
 def check_settings(node: DictConfig, group: str) -> None:
@@ -128,30 +117,27 @@ def eval_env_args(cfg: DictConfig) -> dict:
 
 def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
     validate(cfg)
-    shards = batch_shards(cfg)
-    threads = cfg.get("tf_threads") or {}
-    explicit = {k: v for k, v in threads.items() if v != "auto"}
-    configure_threads(**explicit)
-    hints = {  # speed hints: applied where they still can be, after the explicit sizes
-        "inter_op": inter_op_pool(cfg) if threads.get("inter_op") == "auto" else None,
-        # the cores divided among the shards, where shards run side by side: graph mode, a pool
-        "intra_op": auto_intra_op(shards, available_cores())
-        if threads.get("intra_op") == "auto" and cfg.compile == "graph" and inter_op_pool(cfg) != 1 else None,
-    }
-    configure_threads(**hints, required=False)
+    speed = decide_speed(cfg)
+    apply_threads(cfg.speed, speed)
     configure_devices()
     rng = seed_everything(int(cfg.seed), deterministic=bool(cfg.deterministic))
     cls = agent_class(cfg)
     env_args = dict(max_episode_steps=cfg.env.max_episode_steps, kwargs=cfg.env.kwargs)
-    eval_env = make_env(cfg.env.id, seed=int(cfg.seed) + 100, **eval_env_args(cfg))
+    eval_env = make_env(cfg.env.id, seed=eval_seed(cfg), **eval_env_args(cfg))
     check_action_space(eval_env.action_space, cls.ACTION_KIND, cfg.env.id, cls.__name__)
     envs = make_vector_env(
-        cfg.env.id, int(cfg.num_envs), seed=int(cfg.seed), vectorization=cfg.vectorization, **env_args
+        cfg.env.id, int(cfg.num_envs), seed=int(cfg.seed), vectorization=speed.vectorization, **env_args
     )
     obs_space, action_space = envs.single_observation_space, envs.single_action_space
-    agent = build_agent(cfg, obs_space, action_space, rng, shards)
+    learner = build_learner(cfg, obs_space, action_space, rng, speed)
     buffer = build_buffer(cfg, obs_space, action_space, rng) if with_buffer else None
-    return Run(agent=agent, buffer=buffer, envs=envs, eval_env=eval_env, rng=rng)
+    driver = GraphDriver(learner) if speed.steps_per_call > 0 and speed.fuse_updates else None
+    return Run(learner=learner, speed=speed, buffer=buffer, envs=envs, eval_env=eval_env, rng=rng, driver=driver)
+
+
+def eval_seed(cfg: DictConfig) -> int:
+    """The evaluation env's seed: apart from every training env's (seed .. seed + num_envs - 1)."""
+    return int(cfg.seed) + max(100, int(cfg.num_envs))
 
 
 def build_buffer(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, rng: np.random.Generator) -> Buffer:
@@ -168,7 +154,8 @@ def build_buffer(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space,
     )
 
 
-def loop_settings(cfg: DictConfig) -> LoopSettings:
+def loop_settings(cfg: DictConfig, speed: Speed | None = None) -> LoopSettings:
+    speed = speed or decide_speed(cfg)
     return LoopSettings(
         total_steps=int(cfg.total_steps),
         learning_starts=int(cfg.learning_starts),
@@ -176,11 +163,12 @@ def loop_settings(cfg: DictConfig) -> LoopSettings:
         updates_per_step=float(cfg.updates_per_step),
         eval_every=int(cfg.eval_every),
         eval_episodes=int(cfg.eval_episodes),
-        log_every=int(cfg.log_every),
+        log_every=int(cfg.logger.every),
         seed=int(cfg.seed),
-        checkpoint_every=int(cfg.checkpoint_every),
+        eval_seed=eval_seed(cfg),
+        checkpoint_every=int(cfg.checkpoint.every),
         train_every=int(cfg.train_every),
-        fuse_updates=bool(cfg.fuse_updates),
-        steps_per_call=int(cfg.steps_per_call),
-        progress=bool(cfg.progress),
+        fuse_updates=speed.fuse_updates,
+        steps_per_call=speed.steps_per_call,
+        progress=bool(cfg.logger.progress),
     )

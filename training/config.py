@@ -47,7 +47,6 @@ def validate(cfg: DictConfig) -> None:
     _positive_int(cfg, "eval_every")
     _positive_int(cfg, "eval_episodes")
     _positive_int(cfg, "num_envs")
-    _positive_int(cfg, "log_every")
     _positive_int(cfg, "train_every")
     starts = cfg.learning_starts
     if not isinstance(starts, int) or starts < 0:
@@ -74,34 +73,53 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"updates_per_step must be >= 0, got {cfg.updates_per_step}.")
     if not 0.0 <= _number(cfg.gamma, "gamma") <= 1.0:
         raise ConfigError(f"gamma must lie in [0, 1], got {cfg.gamma}.")
-    if not isinstance(cfg.checkpoint_every, int) or cfg.checkpoint_every < 0:
-        raise ConfigError(f"checkpoint_every must be a non-negative integer (0 = only at the end), got {cfg.checkpoint_every!r}.")
-    spc = cfg.get("steps_per_call", 0)
-    if not isinstance(spc, int) or isinstance(spc, bool) or spc < 0:
+    ckpt = cfg.checkpoint
+    if not isinstance(ckpt.every, int) or isinstance(ckpt.every, bool) or ckpt.every < 0:
+        raise ConfigError(f"checkpoint.every must be a non-negative integer (0 = only at the end), got {ckpt.every!r}; set e.g. checkpoint.every=50000.")
+    if not isinstance(ckpt.keep, int) or isinstance(ckpt.keep, bool) or ckpt.keep < 1:
+        raise ConfigError(f"checkpoint.keep must be a positive integer, got {ckpt.keep!r}; set e.g. checkpoint.keep=3.")
+    for key in ("buffer", "best"):
+        if not isinstance(ckpt[key], bool):
+            raise ConfigError(f"checkpoint.{key} must be true or false, got {ckpt[key]!r}.")
+    every = cfg.logger.every
+    if not isinstance(every, int) or isinstance(every, bool) or every <= 0:
+        raise ConfigError(f"logger.every must be a positive integer, got {every!r}; set e.g. logger.every=1000.")
+    validate_speed(cfg.speed, batch)
+
+
+def validate_speed(speed: DictConfig, batch_size: int) -> None:
+    """The `speed` group: each setting in its range, `auto` where it may be."""
+    if speed.compile not in ("eager", "graph", "xla"):
+        raise ConfigError(f"speed.compile must be eager, graph or xla, got {speed.compile!r}; set e.g. speed=fast (graph) or speed=eager.")
+    for key in ("fuse_updates", "numpy_acting"):
+        if not isinstance(speed[key], bool):
+            raise ConfigError(f"speed.{key} must be true or false, got {speed[key]!r}.")
+    spc = speed.steps_per_call
+    if spc != "auto" and (not isinstance(spc, int) or isinstance(spc, bool) or spc < 0):
         raise ConfigError(
-            f"steps_per_call must be a non-negative integer (env steps per compiled call; 0 = one "
-            f"call per update phase), got {spc!r}; set e.g. steps_per_call=1000."
+            f"speed.steps_per_call must be a non-negative integer (env steps per compiled call; 0 = one "
+            f"call per update phase) or auto, got {spc!r}; set e.g. speed.steps_per_call=1000."
         )
-    for name, value in (cfg.get("tf_threads") or {}).items():
+    for name, value in (speed.get("threads") or {}).items():
         if name not in ("inter_op", "intra_op"):
-            raise ConfigError(f"tf_threads.{name} is not a thread pool; the pools are tf_threads.inter_op and tf_threads.intra_op.")
+            raise ConfigError(f"speed.threads.{name} is not a thread pool; the pools are speed.threads.inter_op and speed.threads.intra_op.")
         if value is None or value == "auto":
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"tf_threads.{name} must be a positive integer, null (TF's default) or auto, got {value!r}.")
-    for key, shards in (("batch_shards", cfg.get("batch_shards", 1)), ("agent.batch_shards", cfg.agent.get("batch_shards", 1))):
-        if shards == "auto":
-            continue
+            raise ConfigError(f"speed.threads.{name} must be a positive integer, null (TF's default) or auto, got {value!r}.")
+    shards = speed.batch_shards
+    if shards != "auto":
         if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
-            raise ConfigError(f"{key} must be a positive integer or auto, got {shards!r}; set e.g. {key}=auto.")
-        if batch % shards:
+            raise ConfigError(f"speed.batch_shards must be a positive integer or auto, got {shards!r}; set e.g. speed.batch_shards=auto.")
+        if batch_size % shards:
             raise ConfigError(
-                f"batch_size ({batch}) does not split into {key}={shards} equal shards; set a "
-                f"batch_size divisible by {shards}, or {key}=auto."
+                f"batch_size ({batch_size}) does not split into speed.batch_shards={shards} equal shards; set a "
+                f"batch_size divisible by {shards}, or speed.batch_shards=auto."
             )
-    if not isinstance(cfg.checkpoint_keep, int) or cfg.checkpoint_keep < 1:
-        raise ConfigError(f"checkpoint_keep must be a positive integer, got {cfg.checkpoint_keep!r}.")
-    if cfg.get("vectorization", "sync") not in ("sync", "async"):
-        raise ConfigError(f"vectorization must be sync or async, got {cfg.vectorization!r}; set vectorization=sync.")
-    if cfg.compile not in ("eager", "graph", "xla"):
-        raise ConfigError(f"compile must be eager, graph or xla, got {cfg.compile!r}.")
+    if speed.vectorization not in ("sync", "async"):
+        raise ConfigError(f"speed.vectorization must be sync or async, got {speed.vectorization!r}; set speed.vectorization=sync.")
+    if speed.update_precision not in ("float32", "bfloat16"):
+        raise ConfigError(
+            f"speed.update_precision must be float32 or bfloat16, got {speed.update_precision!r}; set "
+            f"speed.update_precision=float32 (the default) or bfloat16 (the update's matmuls in bfloat16)."
+        )

@@ -1,5 +1,6 @@
-"""The off-policy training loop. It drives any agent through the Agent protocol and never knows
-which algorithm it is; checkpointing and stopping reach it as callbacks."""
+"""The off-policy training loop. It drives any agent through the Learner protocol and never knows
+which algorithm it is; checkpointing and stopping reach it as callbacks. With a `GraphDriver`
+(training/driven.py) the env steps between events run from inside one compiled call."""
 from __future__ import annotations
 
 import time
@@ -10,9 +11,10 @@ import gymnasium as gym
 import numpy as np
 from tqdm.auto import tqdm
 
-from agents.base import Agent
+from agents.base import Learner
 from buffers.types import Buffer
-from training.episodes import evaluate
+from training.driven import GraphDriver
+from training.evaluation import evaluate
 from training.loggers import Logger
 
 
@@ -26,11 +28,12 @@ class LoopSettings:
     eval_episodes: int
     log_every: int
     seed: int
+    eval_seed: int  # the evaluation env's first reset
     checkpoint_every: int = 0  # env steps between checkpoints; 0 = none but the final one
     train_every: int = 1  # env steps between update phases; the updates due are done together
-    fuse_updates: bool = True  # the updates of one phase in one compiled call (agent.update_many)
-    # env steps one call of agent.update_from may drive from inside the compiled update loop
-    # (0: the loop calls the update every phase); needs fuse_updates
+    fuse_updates: bool = True  # the updates of one phase in one compiled call
+    # env steps one call of the GraphDriver may drive from inside the compiled update loop
+    # (0: the loop calls the update every phase); needs fuse_updates and a driver
     steps_per_call: int = 0
     progress: bool = True
 
@@ -78,7 +81,7 @@ def initial_state(envs: gym.vector.VectorEnv, settings: LoopSettings) -> LoopSta
 
 
 def train(
-    agent: Agent,
+    learner: Learner,
     buffer: Buffer,
     envs: gym.vector.VectorEnv,
     eval_env: gym.Env,
@@ -86,6 +89,7 @@ def train(
     logger: Logger,
     state: LoopState | None = None,
     hooks: LoopHooks | None = None,
+    driver: GraphDriver | None = None,
 ) -> dict:
     """Run the loop from `state` (a fresh start if None) to `settings.total_steps` env steps.
     Returns a summary; `summary["stopped"]` is True when a stop request ended it early."""
@@ -102,7 +106,7 @@ def train(
     episodes: list[tuple[int, float, int]] = []  # (step, return, length) of episodes not yet logged
 
     def run_eval() -> None:
-        result = evaluate(agent, eval_env, s.eval_episodes, seed=s.seed + 100)
+        result = evaluate(learner, eval_env, s.eval_episodes, seed=s.eval_seed)
         st.last_eval = result
         st.evals.append((st.step, result["return_mean"]))
         logger.log("eval", st.step, {**result, "wall_time": wall_before + time.perf_counter() - t_start})
@@ -115,7 +119,7 @@ def train(
         """One step of every env: act, step, store, count the updates due. Returns how many
         updates are due now (0 outside an update phase)."""
         learning = st.step >= s.learning_starts  # as sfujim/TD3: t >= start_timesteps
-        action = agent.act(st.obs, explore=True) if learning else envs.action_space.sample()
+        action = learner.act(st.obs, explore=True) if learning else envs.action_space.sample()
         next_obs, reward, terminated, truncated, infos = envs.step(action)
         done = terminated | truncated
         buffer.add(st.obs, action, reward, _transition_next_obs(next_obs, infos, done), terminated, truncated)
@@ -144,7 +148,7 @@ def train(
                 or 0 < st.next_checkpoint <= st.step)
 
     def source(td_error: np.ndarray | None):
-        """agent.update_from's source: env steps up to the next update phase, its batches drawn
+        """The driver's source: env steps up to the next update phase, its batches drawn
         together; asks to stop at anything event_due() names or after steps_per_call steps."""
         if td_error is not None:
             buffer.update_priorities(td_error)
@@ -160,22 +164,18 @@ def train(
             st.next_eval += s.eval_every
             run_eval()
 
-        if s.steps_per_call > 0 and s.fuse_updates and st.step >= s.learning_starts:
+        if driver is not None and s.steps_per_call > 0 and s.fuse_updates and st.step >= s.learning_starts:
             # many steps and their updates in one call into the compiled graph
             call_start = st.step
-            last = agent.update_from(source)
+            last = driver.run(source)
             if last is not None:
                 metrics = last
                 if "td_error" in metrics:  # the last batches' errors, which the source has not had
                     buffer.update_priorities(metrics["td_error"])
         elif n := env_step():
-            if n > 1 and s.fuse_updates:
-                metrics = agent.update_many(buffer.sample_batches(s.batch_size, n))
+            for k in [n] if s.fuse_updates else [1] * n:  # fused: the phase's updates in one call
+                metrics = learner.update(buffer.sample_batches(s.batch_size, k))
                 buffer.update_priorities(metrics.get("td_error"))
-            else:
-                for _ in range(n):
-                    metrics = agent.update(buffer.sample(s.batch_size))
-                    buffer.update_priorities(metrics.get("td_error"))
         for step, ret, length in episodes:  # logged here: never from inside a compiled call
             logger.log("train", step, {"episode_return": ret, "episode_length": length})
         episodes.clear()

@@ -9,7 +9,43 @@ from omegaconf import DictConfig, OmegaConf
 from training.config import ConfigError
 
 # What may change when a run continues: how long it goes on, and how it reports.
-RESUMABLE_OVERRIDES = ("total_steps", "progress", "logger.", "wandb.", "resume", "hydra.")
+# The speed settings too: none of them changes the maths (a run may move to a machine with a GPU).
+RESUMABLE_OVERRIDES = ("total_steps", "logger.", "wandb.", "speed.", "resume", "hydra.")
+
+# Where the keys of configs saved before the `speed` group and the checkpoint/logger nodes now live.
+MOVED_KEYS = {
+    "compile": "speed.compile", "fuse_updates": "speed.fuse_updates", "steps_per_call": "speed.steps_per_call",
+    "batch_shards": "speed.batch_shards", "update_precision": "speed.update_precision",
+    "vectorization": "speed.vectorization", "tf_threads": "speed.threads",
+    "checkpoint_every": "checkpoint.every", "checkpoint_keep": "checkpoint.keep",
+    "save_buffer": "checkpoint.buffer", "save_best": "checkpoint.best",
+    "log_every": "logger.every", "progress": "logger.progress",
+}
+SPEED_DEFAULTS = {"compile": "graph", "fuse_updates": True, "steps_per_call": 0, "batch_shards": 1,
+                  "update_precision": "float32", "numpy_acting": True, "vectorization": "sync",
+                  "threads": {"inter_op": None, "intra_op": None}}
+
+
+def upgrade_config(cfg: DictConfig) -> DictConfig:
+    """A run config saved before the `speed` group existed, in today's layout: the speed keys under
+    `speed` (the agents' copies of them dropped; `agent.fast_act` is `speed.numpy_acting`), the
+    checkpoint and logging keys under their nodes. A config in today's layout comes back as it is."""
+    old = OmegaConf.to_container(cfg)
+    if "speed" in old:
+        return cfg
+    new = {k: v for k, v in old.items() if k not in MOVED_KEYS}
+    new["speed"] = dict(SPEED_DEFAULTS)
+    agent = dict(new.get("agent") or {})
+    for key in ("compile", "batch_shards", "update_precision"):
+        agent.pop(key, None)
+    if "fast_act" in agent:
+        new["speed"]["numpy_acting"] = agent.pop("fast_act")
+    new["agent"] = agent
+    for key, path in MOVED_KEYS.items():
+        if key in old:
+            node, name = path.split(".")
+            new.setdefault(node, {})[name] = old[key]
+    return OmegaConf.create(new)
 
 
 def load_run_config(run_dir: str) -> DictConfig:
@@ -18,7 +54,7 @@ def load_run_config(run_dir: str) -> DictConfig:
         raise ConfigError(f"run directory '{run_dir}' does not exist; pass a directory a training run wrote (outputs/<date>/<time>).")
     if not os.path.exists(path):
         raise ConfigError(f"'{run_dir}' has no .hydra/config.yaml, so it is not a run directory of train.py; pass the directory a training run wrote.")
-    return OmegaConf.load(path)
+    return upgrade_config(OmegaConf.load(path))
 
 
 def hydra_record(run_dir: str) -> tuple[dict, list[str]]:
@@ -43,7 +79,7 @@ def env_label(choices: dict, env_id: str | None, overrides: list[str]) -> str | 
 
 
 def resume_config(run_dir: str, overrides: list[str]) -> DictConfig:
-    """The saved config with the command line's `total_steps`/`progress`/`logger.*`/`wandb.*`
+    """The saved config with the command line's `total_steps`/`logger.*`/`wandb.*`/`speed.*`
     applied; any other override is refused, since a resumed run continues the same experiment.
     The saved config is resolved first, so a value that interpolates another keeps what it was:
     extending a run with `total_steps` leaves `buffer.beta_steps: ${total_steps}` at the old total,
@@ -54,7 +90,7 @@ def resume_config(run_dir: str, overrides: list[str]) -> DictConfig:
     if refused:
         raise ConfigError(
             f"resume continues the saved run with its own config, so {', '.join(refused)} cannot be "
-            f"changed (only total_steps, progress, logger.* and wandb.*). Start a new run to change it."
+            f"changed (only total_steps, logger.*, wandb.* and speed.*). Start a new run to change it."
         )
     kept = [o for o in overrides if not o.startswith(("resume=", "hydra."))]
     cfg.merge_with(OmegaConf.from_dotlist(kept))

@@ -22,6 +22,7 @@ from training.config import ConfigError
 from training.loggers import ConsoleLogger, CSVLogger, MultiLogger, TensorBoardLogger, WandbLogger
 from training.loop import LoopHooks, LoopState, initial_state, train
 from training.resume import env_label, hydra_record
+from training.speed import Speed
 
 
 class StopSignal:
@@ -98,13 +99,14 @@ def set_aside_summary(run_dir: str) -> None:
     os.replace(path, os.path.join(run_dir, f"summary_{steps}.json"))
 
 
-def speed_settings(agent) -> dict:
-    """What the `auto` speed settings decided in this process: the agent's batch shards and TF's
-    thread pools (0: TF's default size)."""
+def speed_settings(speed: Speed) -> dict:
+    """What the `auto` speed settings decided in this process: batch shards, env steps per
+    compiled call, and TF's thread pools (0: TF's default size)."""
     import tensorflow as tf
 
     return {
-        "batch_shards": getattr(agent, "batch_shards", 1),
+        "batch_shards": speed.batch_shards,
+        "steps_per_call": speed.steps_per_call,
         "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
         "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
     }
@@ -117,11 +119,11 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
             f"Continue it with resume={run_dir}, or start the new run in another directory."
         )
     parts = build_run(cfg)
-    settings = loop_settings(cfg)
-    agent = parts.agent
-    speed = speed_settings(agent)
+    settings = loop_settings(cfg, parts.speed)
+    learner = parts.learner
+    speed = speed_settings(parts.speed)
     console("update: " + ", ".join(f"{k} {v}" for k, v in speed.items()) + " (0: TF's default)")
-    checkpointer = Checkpointer(run_dir, agent.trackables(), keep=int(cfg.checkpoint_keep), describe=describe(cfg))
+    checkpointer = Checkpointer(run_dir, learner.trackables(), keep=int(cfg.checkpoint.keep), describe=describe(cfg))
 
     csv_logger = CSVLogger(run_dir)
     state: LoopState | None = None
@@ -135,14 +137,14 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
                 f"to extend it pass a larger total, e.g. total_steps={2 * state.step}."
             )
         set_aside_summary(run_dir)
-        agent.refresh_policy()
+        learner.refresh()
         parts.rng.bit_generator.state = saved["numpy_rng"]
         random.setstate(saved["python_rng"])
         if buffer_state is not None:
             parts.buffer.load_state_dict(buffer_state)
             del buffer_state  # maps of the checkpoint's file: release them once copied
         else:
-            console(f"warning: {path} holds no replay buffer (save_buffer=false); resuming with an empty one.")
+            console(f"warning: {path} holds no replay buffer (checkpoint.buffer=false); resuming with an empty one.")
         if saved["envs"] is not None:
             parts.envs.close()
             parts.envs = load_envs(saved["envs"])
@@ -159,14 +161,14 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
     if cfg.logger.tensorboard:
         tb = TensorBoardLogger(run_dir)
         loggers.append(tb)
-        if cfg.logger.trace_graph and (graph := agent.update_graph()) is not None:
+        if cfg.logger.trace_graph and (graph := learner.update_graph()) is not None:
             tb.write_graph(graph)
     if cfg.logger.wandb:
         loggers.append(_wandb_logger(cfg, run_dir, console, speed))
     logger = MultiLogger(loggers)
 
     def checkpoint(st: LoopState, kind: str) -> None:
-        if kind == "best" and not cfg.save_best:
+        if kind == "best" and not cfg.checkpoint.best:
             return
         saved = {
             "loop": st,
@@ -174,7 +176,7 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
             "python_rng": random.getstate(),
             "envs": dump_envs(parts.envs),
         }
-        buffer_state = parts.buffer.state_dict() if cfg.save_buffer and kind != "best" else None
+        buffer_state = parts.buffer.state_dict() if cfg.checkpoint.buffer and kind != "best" else None
         checkpointer.save(st.step, saved, buffer_state, best=(kind == "best"))
 
     if state is None:
@@ -185,8 +187,8 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
         state = initial_state(parts.envs, settings)
     try:
         with StopSignal() as stop:
-            summary = train(agent, parts.buffer, parts.envs, parts.eval_env, settings, logger, state,
-                            LoopHooks(checkpoint=checkpoint, stop_requested=stop.requested))
+            summary = train(learner, parts.buffer, parts.envs, parts.eval_env, settings, logger, state,
+                            LoopHooks(checkpoint=checkpoint, stop_requested=stop.requested), parts.driver)
             summary["signal"] = stop.signum
     finally:
         logger.close()

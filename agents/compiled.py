@@ -1,0 +1,184 @@
+"""An agent with its update compiled: what the loop, evaluation and export drive (`Learner`).
+
+The speed settings live here, around the algorithm's maths: how the update runs (eager, graph or
+XLA, traced once for a fixed input signature), K updates fused into one call (a `tf.while_loop`
+over K stacked batches), the dtype of its matmuls, batch shards, and acting in numpy on the
+weights each call hands back as one more output of the same call.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import tensorflow as tf
+
+from agents.base import Agent
+from buffers.types import Batch
+from networks.precision import check_precision, matmul_precision
+from networks.sharding import batch_shards
+
+COMPILE_MODES = ("eager", "graph", "xla")
+
+
+def compile_fn(fn: Callable, input_signature: list, mode: str) -> Callable:
+    """`fn` for the chosen execution mode: eager (plain Python), graph (tf.function) or xla
+    (tf.function with jit_compile). A fixed input_signature means one trace per run."""
+    if mode == "eager":
+        return lambda *args: fn(*tf.nest.map_structure(tf.convert_to_tensor, args))
+    if mode in ("graph", "xla"):
+        return ConcreteCall(tf.function(fn, input_signature=input_signature, jit_compile=mode == "xla"))
+    raise ValueError(f"compile must be one of {COMPILE_MODES}, got {mode!r}")
+
+
+class ConcreteCall:
+    """A tf.function with a fixed input signature, called through its one concrete function's
+    flat entry point. With one signature there is one trace, so `tf.function.__call__`'s work on
+    every call (binding the arguments, looking up the trace, checking and flattening the
+    structure) buys nothing: skipping it saves about 1.5 ms of a TD3 update on Ant
+    (benchmarks/README.md). The inputs are converted to the signature's dtypes, so a wrong dtype
+    still fails loudly. `_call_flat` is TF's private entry point (TF is pinned to 2.21.x); where
+    it is missing the public call is used. Traced on the first call, as a tf.function is."""
+
+    def __init__(self, function):
+        self.function = function
+        self._concrete = None
+        self._flat_call = None
+
+    def _trace(self) -> None:
+        self._concrete = self.function.get_concrete_function()
+        specs = tf.nest.flatten(self.function.input_signature)
+        captured = self._concrete.captured_inputs
+        flat_call = getattr(self._concrete, "_call_flat", None)
+        inputs = self._concrete.inputs
+        if flat_call is not None and len(specs) + len(captured) == len(inputs) and all(
+            s.dtype == i.dtype for s, i in zip(specs, inputs)
+        ):
+            dtypes = [s.dtype for s in specs]
+            self._flat_call = lambda args: flat_call(
+                [tf.convert_to_tensor(x, dtype=d) for x, d in zip(tf.nest.flatten(args), dtypes)], captured
+            )
+
+    def __call__(self, *args):
+        if self._concrete is None:
+            self._trace()
+        if self._flat_call is not None:
+            return self._flat_call(args)
+        return self._concrete(*tf.nest.map_structure(tf.convert_to_tensor, args))
+
+    def get_concrete_function(self):
+        if self._concrete is None:
+            self._trace()
+        return self._concrete
+
+    def experimental_get_tracing_count(self) -> int:
+        return self.function.experimental_get_tracing_count()
+
+
+def batch_signature(obs_dim: int, action: tf.TensorSpec) -> Batch:
+    return Batch(
+        obs=tf.TensorSpec([None, obs_dim], tf.float32, name="obs"),
+        action=action,
+        reward=tf.TensorSpec([None], tf.float32, name="reward"),
+        next_obs=tf.TensorSpec([None, obs_dim], tf.float32, name="next_obs"),
+        discount=tf.TensorSpec([None], tf.float32, name="discount"),
+        weight=tf.TensorSpec([None], tf.float32, name="weight"),
+    )
+
+
+def stacked(signature: Batch) -> Batch:
+    """The signature of K batches stacked on a new leading axis (K unknown: traced once for any K)."""
+    return Batch(*(tf.TensorSpec([None, *s.shape], s.dtype, name=f"{s.name}s") for s in signature))
+
+
+class CompiledAgent:
+    """`agent` with its update compiled. `update(batches)` runs K >= 1 updates in one call (one
+    traced function for K = 1, another, traced on first use, for K > 1) and hands the acting
+    weights of the last one to the agent's `acting`."""
+
+    def __init__(self, agent: Agent, compile: str = "graph", update_precision: str = "float32",
+                 batch_shards: int = 1, numpy_acting: bool = True):
+        if compile not in COMPILE_MODES:
+            raise ValueError(f"compile must be one of {COMPILE_MODES}, got {compile!r}")
+        self.agent = agent
+        self.compile_mode = compile
+        self.update_precision = check_precision(update_precision)
+        self.batch_shards = int(batch_shards)
+        agent.acting.use_numpy(numpy_acting)
+        self.signature = batch_signature(agent.obs_dim, agent.action_spec)
+        self._metric_spec = None
+        self._update_one = compile_fn(lambda b: self._with_weights(self._update_in_context(b)), [self.signature], compile)
+        self._update_many = compile_fn(lambda bs: self._with_weights(self.step(bs, self.metric_zeros())),
+                                       [stacked(self.signature)], compile)
+
+    # --- the Learner protocol -------------------------------------------------------------
+    def act(self, obs: np.ndarray, explore: bool) -> np.ndarray:
+        return self.agent.act(obs, explore)
+
+    def update(self, batches: Batch) -> dict[str, tf.Tensor]:
+        if len(batches.reward) == 1:
+            metrics, weights = self._update_one(Batch(*(x[0] for x in batches)))
+        else:
+            metrics, weights = self._update_many(batches)
+        self.receive_weights(weights)
+        return {**metrics, **self.agent.host_metrics()}
+
+    def acting_weights(self) -> tf.Tensor:
+        return self.agent.acting.flat_weights()
+
+    def receive_weights(self, flat) -> None:
+        self.agent.acting.receive(flat)
+
+    def refresh(self) -> None:
+        self.agent.acting.refresh()
+
+    def trackables(self) -> dict[str, Any]:
+        return self.agent.trackables()
+
+    # --- graph pieces ---------------------------------------------------------------------
+    def _update_in_context(self, batch: Batch) -> dict[str, tf.Tensor]:
+        """One update, traced with the speed settings that act from outside the maths."""
+        with matmul_precision(self.update_precision), batch_shards(self.batch_shards):
+            return self.agent.update(batch)
+
+    def _with_weights(self, metrics: dict) -> tuple[dict, tf.Tensor]:
+        return metrics, self.acting_weights()
+
+    def step(self, batches: Batch, metrics: dict) -> dict:
+        """K >= 0 updates in the graph, in order, over K stacked batches (a `tf.while_loop`,
+        traced once for any K). Returns the last update's metrics (`metrics` itself when K is 0),
+        with `td_error` of all K batches concatenated."""
+        k = tf.shape(batches.reward)[0]
+        metrics = {name: m for name, m in metrics.items() if name != "td_error"}
+        td_errors = tf.TensorArray(tf.float32, size=k, element_shape=tf.TensorShape([None]), infer_shape=False)
+
+        def body(i, _, td_errors):
+            metrics = self._update_in_context(Batch(*(x[i] for x in batches)))
+            return i + 1, metrics, td_errors.write(i, metrics.pop("td_error"))
+
+        _, metrics, td_errors = tf.while_loop(lambda i, *_: i < k, body, (tf.constant(0), metrics, td_errors))
+        metrics["td_error"] = tf.cond(k > 0, td_errors.concat, lambda: tf.zeros([0]))
+        return metrics
+
+    def metric_zeros(self) -> dict[str, tf.Tensor]:
+        """Zeros shaped like one update's metrics: the starting value of a loop over updates."""
+        if self._metric_spec is None:
+            fn = self._update_one
+            if not hasattr(fn, "get_concrete_function"):  # eager: trace a throwaway graph, never run
+                fn = tf.function(self._update_in_context, input_signature=[self.signature])
+                self._metric_spec = fn.get_concrete_function().structured_outputs
+            else:
+                self._metric_spec = fn.get_concrete_function().structured_outputs[0]
+        return {k: tf.zeros([d or 0 for d in v.shape], v.dtype) for k, v in self._metric_spec.items()}
+
+    # --- introspection --------------------------------------------------------------------
+    @property
+    def update_trace_count(self) -> int:
+        """How many times the single update has been traced (0 in eager mode)."""
+        fn = self._update_one
+        return fn.experimental_get_tracing_count() if hasattr(fn, "experimental_get_tracing_count") else 0
+
+    def update_graph(self):
+        """The compiled single update's graph (for TensorBoard), or None in eager mode. Traces with
+        the fixed input signature without running an update."""
+        fn = self._update_one
+        return fn.get_concrete_function().graph if hasattr(fn, "get_concrete_function") else None

@@ -1,0 +1,69 @@
+"""What DDPG and TD3 share: a tanh actor scaled to the action box, its target copy, Gaussian
+exploration noise scaled by the action half-range, and Q(s, a) of a critic. Each algorithm writes
+its own update, so changing one never changes the other by accident."""
+from __future__ import annotations
+
+from typing import Callable
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from agents import losses
+from agents.acting import Forward
+from agents.base import adam, copy_of, tf_seed
+
+
+class DeterministicActor:
+    ACTION_KIND = "continuous"
+
+    def __init__(self, obs_dim: int, action_low: np.ndarray, action_high: np.ndarray,
+                 network: Callable[..., keras.Model], rng: np.random.Generator, actor_lr: float,
+                 exploration_noise: float):
+        self.obs_dim = int(obs_dim)
+        self._low_np = np.asarray(action_low, dtype=np.float32)
+        self._high_np = np.asarray(action_high, dtype=np.float32)
+        self.action_dim = int(self._low_np.shape[0])
+        self.action_spec = tf.TensorSpec([None, self.action_dim], tf.float32, name="action")
+        self._half_np = (self._high_np - self._low_np) / 2.0
+        self._mid_np = (self._high_np + self._low_np) / 2.0
+        self.low, self.high = tf.constant(self._low_np), tf.constant(self._high_np)
+        self.half_range = tf.constant(self._half_np)
+        self.exploration_noise = float(exploration_noise)
+        self._rng = rng
+        self._tf_rng = tf.random.Generator.from_seed(tf_seed(rng))
+
+        self.actor = network(self.obs_dim, self.action_dim, output_activation="tanh", name="actor")
+        self.actor_target = copy_of(self.actor, network(self.obs_dim, self.action_dim, output_activation="tanh",
+                                                        name="actor_target"))
+        self.actor_optimizer = adam(actor_lr)
+        self.actor_optimizer.build(self.actor.trainable_variables)
+        self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
+        self.acting = Forward(self.actor)
+
+    def critic_network(self, network: Callable[..., keras.Model], name: str, **kwargs) -> keras.Model:
+        """A critic Q(s, a): (obs, action) concatenated in, one value out."""
+        return network(self.obs_dim + self.action_dim, 1, name=name, **kwargs)
+
+    def policy(self, obs: tf.Tensor) -> tf.Tensor:
+        return losses.scale_action(self.actor(obs, training=False), self.low, self.high)
+
+    def target_policy(self, obs: tf.Tensor) -> tf.Tensor:
+        return losses.scale_action(self.actor_target(obs, training=False), self.low, self.high)
+
+    @staticmethod
+    def q(critic: keras.Model, obs: tf.Tensor, action: tf.Tensor, training: bool = True) -> tf.Tensor:
+        """A critic's Q(s, a) for a batch, shape (B,)."""
+        return tf.squeeze(critic(tf.concat([obs, action], axis=-1), training=training), axis=-1)
+
+    def act(self, obs: np.ndarray, explore: bool) -> np.ndarray:
+        """Actions for a batch of observations; with `explore`, Gaussian noise of std
+        `exploration_noise * half_range`, clipped to the action box."""
+        action = self.acting(obs) * self._half_np + self._mid_np  # [-1, 1] onto [low, high]
+        if explore:
+            noise = self._rng.normal(0.0, self.exploration_noise, size=action.shape) * self._half_np
+            action = np.clip(action + noise, self._low_np, self._high_np, out=action)
+        return action.astype(np.float32, copy=False)
+
+    def host_metrics(self) -> dict[str, float]:
+        return {}

@@ -1,0 +1,35 @@
+"""A trained agent's deterministic policy as a TensorFlow SavedModel."""
+from __future__ import annotations
+
+import tensorflow as tf
+
+from agents.base import Agent
+
+
+class PolicyModule(tf.Module):
+    """`module(obs)` maps a batch of float32 observations to the agent's evaluation actions, here
+    and after `tf.saved_model.save`/`load` (the function stays traced for any batch size).
+    `signatures()` gives `serving_default` (input `obs`, output `action`), which TF Serving,
+    `saved_model_cli` and other languages' loaders call. It tracks the acting network, the only
+    one `agent.policy` reads."""
+
+    def __init__(self, agent: Agent):
+        super().__init__(name="policy")
+        self.network = agent.acting.network
+        self._policy = agent.policy
+        self._obs_spec = tf.TensorSpec([None, agent.obs_dim], tf.float32, name="obs")
+        self.__call__.get_concrete_function(self._obs_spec)
+
+    @tf.function(reduce_retracing=True)
+    def __call__(self, obs):
+        return self._policy(obs)
+
+    def signatures(self) -> dict:
+        serve = tf.function(lambda obs: {"action": self._policy(obs)}, input_signature=[self._obs_spec])
+        return {"serving_default": serve.get_concrete_function()}
+
+
+def export_policy(agent: Agent, directory: str) -> str:
+    module = PolicyModule(agent)
+    tf.saved_model.save(module, directory, signatures=module.signatures())
+    return directory
