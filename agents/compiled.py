@@ -15,7 +15,7 @@ import tensorflow as tf
 from agents.base import Agent
 from buffers.types import Batch
 from networks.precision import check_precision, matmul_precision
-from networks.sharding import batch_shards
+from networks.sharding import batch_shards, check_shards
 
 COMPILE_MODES = ("eager", "graph", "xla")
 
@@ -102,7 +102,7 @@ class CompiledAgent:
         self.agent = agent
         self.compile_mode = compile
         self.update_precision = check_precision(update_precision)
-        self.batch_shards = int(batch_shards)
+        self.batch_shards = check_shards(batch_shards)
         agent.acting.use_numpy(numpy_acting)
         self.signature = batch_signature(agent.obs_dim, agent.action_spec)
         self._metric_spec = None

@@ -18,12 +18,16 @@ import tensorflow as tf
 _stack: list[int] = []
 
 
+def check_shards(n) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"batch_shards must be a positive integer, got {n!r}")
+    return n
+
+
 @contextlib.contextmanager
 def batch_shards(n: int) -> Iterator[None]:
     """Network calls built inside this context run on `n` equal shards of their batch."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"batch_shards must be a positive integer, got {n!r}")
-    _stack.append(n)
+    _stack.append(check_shards(n))
     try:
         yield
     finally:

@@ -26,11 +26,27 @@ def batch(rng, n=32):
     )
 
 
+SPEED = ("numpy_acting", "batch_shards", "update_precision")
+
+
 def make(cls, compile="graph", seed=0, **kwargs):
+    """The agent with its update compiled (`CompiledAgent`): speed settings go to the learner."""
     import keras
 
+    from agents.compiled import CompiledAgent
+
     keras.utils.set_random_seed(seed)
-    return cls(OBS, LOW, HIGH, net, np.random.default_rng(seed), compile=compile, **kwargs)
+    speed = {k: kwargs.pop(k) for k in SPEED if k in kwargs}
+    return CompiledAgent(cls(OBS, LOW, HIGH, net, np.random.default_rng(seed), **kwargs), compile=compile, **speed)
+
+
+def stack(batches):
+    return Batch(*(np.stack(xs) for xs in zip(*batches)))
+
+
+def one(b):
+    """One batch as the learner takes it: K = 1 stacked batches."""
+    return stack([b])
 
 
 @pytest.mark.parametrize("cls", AGENTS)
@@ -38,9 +54,9 @@ def test_update_is_traced_once_per_run(cls):
     agent = make(cls)
     rng = np.random.default_rng(1)
     for n in (32, 32, 64, 17):  # new values and new batch sizes must not retrace
-        metrics = agent.update(batch(rng, n))
+        metrics = agent.update(one(batch(rng, n)))
     assert agent.update_trace_count == 1
-    assert int(agent.updates.numpy()) == 4
+    assert int(agent.agent.updates.numpy()) == 4
     assert all(np.all(np.isfinite(v)) for v in metrics.values())
     assert metrics["td_error"].shape == (17,)  # per-sample, for prioritized replay
 
@@ -65,15 +81,15 @@ def test_compile_modes_compute_the_same_updates(cls, mode):
     TD3's smoothing noise is switched off when comparing against XLA."""
     kwargs = {"target_noise": 0.0} if (cls is TD3 and mode == "xla") else {}
     ref, other = make(cls, "graph", **kwargs), make(cls, mode, **kwargs)
-    for a, b in zip(ref.actor.get_weights(), other.actor.get_weights()):
+    for a, b in zip(ref.agent.actor.get_weights(), other.agent.actor.get_weights()):
         np.testing.assert_array_equal(a, b)
     rng = np.random.default_rng(3)
     for _ in range(4):
         b = batch(rng)
-        m_ref, m_other = ref.update(b), other.update(b)
+        m_ref, m_other = ref.update(one(b)), other.update(one(b))
     for k in m_ref:
         np.testing.assert_allclose(m_other[k], m_ref[k], rtol=1e-3, atol=1e-5, err_msg=k)
-    for a, b in zip(ref.actor.get_weights(), other.actor.get_weights()):
+    for a, b in zip(ref.agent.actor.get_weights(), other.agent.actor.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5)
     obs = rng.normal(size=(3, OBS)).astype(np.float32)
     np.testing.assert_allclose(ref.act(obs, False), other.act(obs, False), rtol=1e-4, atol=1e-5)
@@ -90,28 +106,26 @@ def test_trackables_hold_every_stateful_part(cls):
 def test_bad_agent_arguments_are_named():
     with pytest.raises(ValueError, match="policy_delay"):
         TD3(OBS, LOW, HIGH, net, np.random.default_rng(0), policy_delay=0)
+    with pytest.raises(ValueError, match="tau must lie in"):
+        TD3(OBS, LOW, HIGH, net, np.random.default_rng(0), tau=2.0)
     with pytest.raises(ValueError, match="compile"):
-        TD3(OBS, LOW, HIGH, net, np.random.default_rng(0), compile="turbo")
+        make(TD3, compile="turbo")
 
 
 @pytest.mark.parametrize("cls", AGENTS)
 @pytest.mark.parametrize("mode", ["eager", "graph"])
 def test_numpy_fast_act_matches_tensorflow_and_is_never_stale(cls, mode):
-    fast, plain = make(cls, mode, fast_act=True), make(cls, mode, fast_act=False)
-    assert fast._np_forward is not None and plain._np_forward is None
+    fast, plain = make(cls, mode, numpy_acting=True), make(cls, mode, numpy_acting=False)
+    assert fast.agent.acting.in_numpy and not plain.agent.acting.in_numpy
     rng = np.random.default_rng(4)
     obs = rng.normal(size=(9, OBS)).astype(np.float32)
     np.testing.assert_allclose(fast.act(obs, False), plain.act(obs, False), rtol=1e-5, atol=1e-6)
     for i in range(3):  # after every update, including TD3's non-delayed ones, both act alike
         b = batch(rng)
-        fast.update(b), plain.update(b)
+        fast.update(one(b)), plain.update(one(b))
         np.testing.assert_allclose(fast.act(obs, False), plain.act(obs, False), rtol=1e-4, atol=1e-5)
-        for w_np, w_tf in zip(fast._np_weights, fast.actor.get_weights()):
+        for w_np, w_tf in zip(fast.agent.acting._weights, fast.agent.actor.get_weights()):
             np.testing.assert_array_equal(w_np, w_tf)
-
-
-def stack(batches):
-    return Batch(*(np.stack(xs) for xs in zip(*batches)))
 
 
 @pytest.mark.parametrize("cls", AGENTS)
@@ -125,21 +139,21 @@ def test_fused_updates_equal_the_same_updates_one_by_one(cls, mode):
     for k in (3, 5, 1):
         batches = [batch(rng) for _ in range(k)]
         for b in batches:
-            m_ref = one_by_one.update(b)
-        m_fused = fused.update_many(stack(batches))
-        assert int(fused.updates.numpy()) == int(one_by_one.updates.numpy())
+            m_ref = one_by_one.update(one(b))
+        m_fused = fused.update(stack(batches))
+        assert int(fused.agent.updates.numpy()) == int(one_by_one.agent.updates.numpy())
         assert m_fused["td_error"].shape == (k * 32,)
         np.testing.assert_allclose(m_fused["td_error"][-32:], m_ref["td_error"], rtol=1e-4, atol=1e-5)
         for key in m_ref:
             np.testing.assert_allclose(m_fused[key][-32:] if key == "td_error" else m_fused[key], m_ref[key],
                                        rtol=1e-4, atol=1e-5, err_msg=key)
-    for a, b in zip(one_by_one.actor.get_weights() + one_by_one.actor_target.get_weights(),
-                    fused.actor.get_weights() + fused.actor_target.get_weights()):
+    for a, b in zip(one_by_one.agent.actor.get_weights() + one_by_one.agent.actor_target.get_weights(),
+                    fused.agent.actor.get_weights() + fused.agent.actor_target.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
     obs = rng.normal(size=(4, OBS)).astype(np.float32)
     np.testing.assert_allclose(fused.act(obs, False), one_by_one.act(obs, False), rtol=1e-4, atol=1e-5)
     if mode != "eager":
-        assert fused._update_many_fn.experimental_get_tracing_count() == 1
+        assert fused._update_many.experimental_get_tracing_count() == 1
 
 
 @pytest.mark.parametrize("cls,kwargs", [(TD3, {}), (DDPG, {}), (DDPG, {"critic_l2": 0.01})])
@@ -152,11 +166,11 @@ def test_batch_shards_compute_the_same_updates(cls, kwargs, shards):
     rng = np.random.default_rng(6)
     for k in (1, 1, 3, 2):
         batches = [batch(rng) for _ in range(k)]
-        m_ref = whole.update(batches[0]) if k == 1 else whole.update_many(stack(batches))
-        m_sh = sharded.update(batches[0]) if k == 1 else sharded.update_many(stack(batches))
+        m_ref = whole.update(one(batches[0])) if k == 1 else whole.update(stack(batches))
+        m_sh = sharded.update(one(batches[0])) if k == 1 else sharded.update(stack(batches))
         for key in m_ref:
             np.testing.assert_allclose(m_sh[key], m_ref[key], rtol=1e-4, atol=1e-5, err_msg=key)
-    assert int(sharded.updates.numpy()) == 7
+    assert int(sharded.agent.updates.numpy()) == 7
     ref, sh = whole.trackables(), sharded.trackables()
     for name in ("actor", "actor_target", "actor_optimizer", "critic_optimizer"):  # Adam holds the critics' moments
         for a, b in zip(ref[name].variables, sh[name].variables, strict=True):
@@ -169,27 +183,27 @@ def test_batch_shards_compute_the_same_updates(cls, kwargs, shards):
 
 @pytest.mark.parametrize("cls", AGENTS)
 def test_bfloat16_update_precision_runs_the_updates_matmuls_only_in_bfloat16(cls, matmul_dtypes):
-    """update_precision=bfloat16: every matmul of the update is bfloat16 (float32 ones: none), the
+    """speed.update_precision=bfloat16: every matmul of the update is bfloat16 (float32 ones: none), the
     update stays close to the float32 one without being it, the weights stay float32, and acting
     stays the float32 forward pass of those weights (numpy and TF paths alike)."""
     import tensorflow as tf
 
     f32, bf16 = make(cls), make(cls, update_precision="bfloat16")
-    plain_act = make(cls, update_precision="bfloat16", fast_act=False)
+    plain_act = make(cls, update_precision="bfloat16", numpy_acting=False)
     assert matmul_dtypes(f32.update_graph()) == {tf.float32}
     assert matmul_dtypes(bf16.update_graph()) == {tf.bfloat16}
     rng = np.random.default_rng(8)
     for k in (1, 1, 3):  # TD3's delayed update and a fused call included
         batches = [batch(rng) for _ in range(k)]
-        m_ref = f32.update(batches[0]) if k == 1 else f32.update_many(stack(batches))
-        m_bf = bf16.update(batches[0]) if k == 1 else bf16.update_many(stack(batches))
-        plain_act.update(batches[0]) if k == 1 else plain_act.update_many(stack(batches))
+        m_ref = f32.update(one(batches[0])) if k == 1 else f32.update(stack(batches))
+        m_bf = bf16.update(one(batches[0])) if k == 1 else bf16.update(stack(batches))
+        plain_act.update(one(batches[0])) if k == 1 else plain_act.update(stack(batches))
         np.testing.assert_allclose(m_bf["critic_loss"], m_ref["critic_loss"], rtol=0.05)
         np.testing.assert_allclose(m_bf["q1"], m_ref["q1"], rtol=0.05, atol=0.01)
     assert not np.allclose(m_bf["q1"], m_ref["q1"], rtol=1e-6, atol=0)  # bfloat16 did run
-    assert all(w.dtype == np.float32 for w in bf16.actor.get_weights())
+    assert all(w.dtype == np.float32 for w in bf16.agent.actor.get_weights())
     obs = rng.normal(size=(6, OBS)).astype(np.float32)
-    forward = bf16._np_forward(bf16.actor.get_weights(), obs) * bf16._half_np + bf16._mid_np
+    forward = bf16.agent.acting._np_forward(bf16.agent.actor.get_weights(), obs) * bf16.agent._half_np + bf16.agent._mid_np
     np.testing.assert_allclose(bf16.act(obs, False), forward, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(plain_act.act(obs, False), bf16.act(obs, False), rtol=1e-5, atol=1e-6)
     assert bf16.update_trace_count == 1
@@ -210,8 +224,10 @@ def test_batch_shards_must_be_a_positive_integer():
 def test_policy_module_acts_like_the_agent_in_this_process(cls):
     """`module(obs)` works before export too (it is what gets saved), for any batch size."""
     agent = make(cls)
-    agent.update(batch(np.random.default_rng(7)))
-    module = agent.policy_module()
+    agent.update(one(batch(np.random.default_rng(7))))
+    from agents.export import PolicyModule
+
+    module = PolicyModule(agent.agent)
     obs = np.random.default_rng(8).normal(size=(6, OBS)).astype(np.float32)
     np.testing.assert_allclose(module(obs).numpy(), agent.act(obs, explore=False), rtol=1e-5, atol=1e-6)
     assert module(obs[:1]).shape == (1, ACT)
@@ -228,7 +244,7 @@ def test_optimizers_are_adam_with_pytorchs_epsilon(make_cfg, agent_name):
     OmegaConf.resolve(cfg)
     run = build_run(cfg, with_buffer=False)
     try:
-        optimizers = [v for k, v in run.agent.trackables().items() if k.endswith("optimizer")]
+        optimizers = [v for k, v in run.learner.trackables().items() if k.endswith("optimizer")]
         assert optimizers and all(opt.epsilon == 1e-8 for opt in optimizers)
     finally:
         run.close()

@@ -38,13 +38,13 @@ def test_throughput_benchmark_runs_and_reports_every_part(tmp_path, agent, env, 
 def test_loop_ab_measures_every_variant_in_one_process(tmp_path):
     out = tmp_path / "ab.json"
     cmd = [sys.executable, "benchmarks/loop_ab.py", "agent=td3", "env=pendulum", "network.hidden=[16,16]",
-           "batch_size=16", "--variants", "", "steps_per_call=0", "--rounds", "2", "--steps", "60",
+           "batch_size=16", "--variants", "", "speed.steps_per_call=0", "--rounds", "2", "--steps", "60",
            "--intervals", "2", "--warmup", "100", "--output", str(out)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| (as is) |" in proc.stdout and "| steps_per_call=0 |" in proc.stdout
     rates = json.loads(out.read_text())["env_steps_per_s"]
-    assert set(rates) == {"", "steps_per_call=0"}
+    assert set(rates) == {"", "speed.steps_per_call=0"}
     assert all(len(r["rounds"]) == 2 and r["median"] > 0 for r in rates.values())
 
 
@@ -173,7 +173,7 @@ def test_sb3_learning_refuses_what_sb3_cannot_reproduce_and_names_each():
     module = _sb3_learning()
     with pytest.raises(module.SettingError) as err:
         module.sb3_settings(_compose_sb3("agent=ddpg", "agent.critic_l2=0.01", "agent.critic_lr=1e-3",
-                                         "buffer=prioritized", "num_envs=2", "update_precision=bfloat16",
+                                         "buffer=prioritized", "num_envs=2", "speed.update_precision=bfloat16",
                                          "updates_per_step=0.25"))
     for what in ("critic_lr", "critic_l2", "PrioritizedReplay", "num_envs 2", "bfloat16", "0.25"):
         assert what in str(err.value), what

@@ -92,5 +92,5 @@ def test_resume_keeps_values_that_interpolated_the_old_total(tmp_path):
     os.makedirs(tmp_path / ".hydra")
     OmegaConf.save(OmegaConf.create({"total_steps": 1000, "progress": True,
                                      "buffer": {"beta_steps": "${total_steps}"}}), tmp_path / ".hydra" / "config.yaml")
-    cfg = resume_config(str(tmp_path), ["total_steps=3000", "progress=false"])
+    cfg = resume_config(str(tmp_path), ["total_steps=3000", "logger.progress=false"])
     assert cfg.total_steps == 3000 and cfg.progress is False and cfg.buffer.beta_steps == 1000

@@ -7,8 +7,10 @@ import tensorflow as tf
 
 from agents import losses
 from agents.dqn import DQN
+from agents.export import PolicyModule
 from buffers.types import Batch
 from envs.gridworld import GridworldEnv, valid_board
+from helpers import compiled, one, stack
 from networks.mlp import dueling_mlp, mlp
 
 
@@ -94,12 +96,13 @@ def batch(rng, n=16, obs_dim=4, n_actions=3):
 def test_dqn_traced_once_and_hard_target_sync(network):
     net = functools.partial(network, hidden=[8, 8])
     agent = DQN(4, 3, net, np.random.default_rng(0), target_update_every=3)
+    learner = compiled(agent)
     rng = np.random.default_rng(1)
     for i in range(1, 7):
-        agent.update(batch(rng, n=16 + i))
+        learner.update(one(batch(rng, n=16 + i)))
         same = all(np.array_equal(a, b) for a, b in zip(agent.q.get_weights(), agent.q_target.get_weights()))
         assert same == (i % 3 == 0), i
-    assert agent.update_trace_count == 1
+    assert learner.update_trace_count == 1
 
 
 def test_dueling_head_combines_value_and_mean_centred_advantage():
@@ -114,7 +117,8 @@ def test_dueling_head_combines_value_and_mean_centred_advantage():
 
 def test_epsilon_greedy_schedule_and_fast_act():
     agent = DQN(4, 3, functools.partial(mlp, hidden=[8]), np.random.default_rng(0), eps_start=1.0, eps_end=0.0, eps_decay_steps=100)
-    slow = DQN(4, 3, functools.partial(mlp, hidden=[8]), np.random.default_rng(0), fast_act=False)
+    slow = DQN(4, 3, functools.partial(mlp, hidden=[8]), np.random.default_rng(0))
+    slow.acting.use_numpy(False)
     slow.q.set_weights(agent.q.get_weights())
     obs = np.random.default_rng(1).normal(size=(50, 4)).astype(np.float32)
     np.testing.assert_array_equal(agent.act(obs, explore=False), slow.act(obs, explore=False))
@@ -210,19 +214,20 @@ def test_gridworld_bad_settings(kwargs, message):
 
 @pytest.mark.parametrize("network", [mlp, dueling_mlp])
 def test_fused_dqn_updates_equal_the_same_updates_one_by_one(network):
-    """update_many crosses a hard target copy inside the fused call at the same update as one by one."""
+    """Fused updates cross a hard target copy inside the fused call at the same update as one by one."""
     net = functools.partial(network, hidden=[8, 8])
     one_by_one = DQN(4, 3, net, np.random.default_rng(0), target_update_every=3)
     fused = DQN(4, 3, net, np.random.default_rng(0), target_update_every=3)
     fused.q.set_weights(one_by_one.q.get_weights())
     fused.q_target.set_weights(one_by_one.q_target.get_weights())
-    fused.refresh_policy()
+    fused.acting.refresh()
+    learn_one, learn_fused = compiled(one_by_one), compiled(fused)
     rng = np.random.default_rng(1)
     for k in (4, 5):
         batches = [batch(rng) for _ in range(k)]
         for b in batches:
-            m_ref = one_by_one.update(b)
-        m_fused = fused.update_many(Batch(*(np.stack(xs) for xs in zip(*batches))))
+            m_ref = learn_one.update(one(b))
+        m_fused = learn_fused.update(stack(batches))
         np.testing.assert_allclose(m_fused["loss"], m_ref["loss"], rtol=1e-5)
         assert m_fused["epsilon"] == m_ref["epsilon"]  # the host-side metric comes with fused updates too
         np.testing.assert_allclose(m_fused["td_error"][-16:], m_ref["td_error"], rtol=1e-5, atol=1e-6)
@@ -239,13 +244,14 @@ def test_batch_shards_compute_the_same_dqn_updates(network, double):
     """Sharded: the same loss, clipped gradients, target copies and per-sample TD errors."""
     net = functools.partial(network, hidden=[8, 8])
     whole = DQN(4, 3, net, np.random.default_rng(0), target_update_every=2, double=double)
-    sharded = DQN(4, 3, net, np.random.default_rng(0), target_update_every=2, double=double, batch_shards=2)
+    sharded = DQN(4, 3, net, np.random.default_rng(0), target_update_every=2, double=double)
+    learn_whole, learn_sharded = compiled(whole), compiled(sharded, batch_shards=2)
     sharded.q.set_weights(whole.q.get_weights())
     sharded.q_target.set_weights(whole.q_target.get_weights())
     rng = np.random.default_rng(2)
     for _ in range(5):
         b = batch(rng)
-        m_ref, m_sh = whole.update(b), sharded.update(b)
+        m_ref, m_sh = learn_whole.update(one(b)), learn_sharded.update(one(b))
         for key in ("loss", "q", "target_q", "td_error"):
             np.testing.assert_allclose(m_sh[key], m_ref[key], rtol=1e-5, atol=1e-6, err_msg=key)
     for a, b in zip(whole.q_target.get_weights() + whole.q.get_weights(),
@@ -258,33 +264,34 @@ def test_bfloat16_update_precision_for_dqn(network, matmul_dtypes):
     """Every matmul of the update in bfloat16, the update close to float32's, acting in float32."""
     net = functools.partial(network, hidden=[8, 8])
     f32 = DQN(4, 3, net, np.random.default_rng(0))
-    bf16 = DQN(4, 3, net, np.random.default_rng(0), update_precision="bfloat16")
+    bf16 = DQN(4, 3, net, np.random.default_rng(0))
+    learn_f32, learn_bf16 = compiled(f32), compiled(bf16, update_precision="bfloat16")
     bf16.q.set_weights(f32.q.get_weights())
     bf16.q_target.set_weights(f32.q_target.get_weights())
-    assert matmul_dtypes(bf16.update_graph()) == {tf.bfloat16}
+    assert matmul_dtypes(learn_bf16.update_graph()) == {tf.bfloat16}
     rng = np.random.default_rng(3)
     for _ in range(3):
         b = batch(rng)
-        m_ref, m_bf = f32.update(b), bf16.update(b)
+        m_ref, m_bf = learn_f32.update(one(b)), learn_bf16.update(one(b))
         np.testing.assert_allclose(m_bf["loss"], m_ref["loss"], rtol=0.05)
     obs = rng.normal(size=(5, 4)).astype(np.float32)
-    np.testing.assert_allclose(bf16._forward(obs), bf16.q(obs).numpy(), rtol=1e-5, atol=1e-6)
-    assert bf16.update_trace_count == 1
+    np.testing.assert_allclose(bf16.acting(obs), bf16.q(obs).numpy(), rtol=1e-5, atol=1e-6)
+    assert learn_bf16.update_trace_count == 1
 
 
 def test_greedy_policy_module_acts_like_the_agent_in_this_process():
     agent = DQN(4, 3, functools.partial(mlp, hidden=[8, 8]), np.random.default_rng(0))
-    agent.update(batch(np.random.default_rng(3)))
+    compiled(agent).update(one(batch(np.random.default_rng(3))))
     obs = np.random.default_rng(4).normal(size=(7, 4)).astype(np.float32)
-    np.testing.assert_array_equal(agent.policy_module()(obs).numpy(), agent.act(obs, explore=False))
+    np.testing.assert_array_equal(PolicyModule(agent)(obs).numpy(), agent.act(obs, explore=False))
 
 
 def test_greedy_policy_saves_with_a_serving_signature(tmp_path):
     """What evaluate.py export=true writes: the SavedModel's `serving_default` (obs -> action) gives
     the greedy actions, as TF Serving or another language's loader would call it."""
     agent = DQN(4, 3, functools.partial(mlp, hidden=[8, 8]), np.random.default_rng(0))
-    agent.update(batch(np.random.default_rng(3)))
-    module = agent.policy_module()
+    compiled(agent).update(one(batch(np.random.default_rng(3))))
+    module = PolicyModule(agent)
     tf.saved_model.save(module, str(tmp_path), signatures=module.signatures())
     serve = tf.saved_model.load(str(tmp_path)).signatures["serving_default"]
     obs = np.random.default_rng(4).normal(size=(7, 4)).astype(np.float32)

@@ -6,52 +6,51 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from buffers.types import Batch
 from training.builder import build_run, loop_settings
 from training.loggers import MultiLogger
 from training.loop import train
 
 
 class Calls:
-    """Counts how the loop reaches the agent."""
+    """Counts how the loop reaches the learner: calls of one update, of several fused, and batches."""
 
-    def __init__(self, agent):
+    def __init__(self, learner):
         self.update = self.update_many = 0
         self.batches = 0
-        orig_update, orig_many = agent.update, agent.update_many
+        orig_update = learner.update
 
-        def update(batch):
-            self.update += 1
-            self.batches += 1
-            return orig_update(batch)
+        def update(batches):
+            k = len(batches.reward)
+            self.update += k == 1
+            self.update_many += k > 1
+            self.batches += k
+            return orig_update(batches)
 
-        def update_many(batches):
-            self.update_many += 1
-            self.batches += len(batches.reward)
-            return orig_many(batches)
-
-        agent.update, agent.update_many = update, update_many
+        learner.update = update
 
 
 def run(cfg):
     OmegaConf.resolve(cfg)
     parts = build_run(cfg)
-    calls = Calls(parts.agent)
+    calls = Calls(parts.learner)
     try:
-        summary = train(parts.agent, parts.buffer, parts.envs, parts.eval_env, loop_settings(cfg), MultiLogger([]))
-        weights = [np.array(w) for w in parts.agent.actor.get_weights()]
+        summary = train(parts.learner, parts.buffer, parts.envs, parts.eval_env, loop_settings(cfg), MultiLogger([]),
+                        driver=parts.driver)
+        weights = [np.array(w) for w in parts.learner.agent.actor.get_weights()]
     finally:
         parts.close()
     return summary, calls, weights
 
 
-# the per-phase paths: the loop calls update / update_many itself
+# the per-phase paths: the loop calls the learner's update itself
 COMMON = ["env=pendulum", "total_steps=480", "learning_starts=200", "eval_every=1000", "eval_episodes=1",
-          "batch_size=32", "network.hidden=[32,32]", "deterministic=true", "progress=false", "steps_per_call=0"]
+          "batch_size=32", "network.hidden=[32,32]", "deterministic=true", "logger.progress=false", "speed.steps_per_call=0"]
 
 
 def test_fused_run_equals_the_same_run_update_by_update(make_cfg):
-    fused, calls_f, w_fused = run(make_cfg(*COMMON, "train_every=8", "fuse_updates=true"))
-    plain, calls_p, w_plain = run(make_cfg(*COMMON, "train_every=8", "fuse_updates=false"))
+    fused, calls_f, w_fused = run(make_cfg(*COMMON, "train_every=8", "speed.fuse_updates=true"))
+    plain, calls_p, w_plain = run(make_cfg(*COMMON, "train_every=8", "speed.fuse_updates=false"))
     assert fused["updates"] == plain["updates"] == 280
     assert calls_f.update == 0 and calls_f.update_many == 35 and calls_f.batches == 280
     assert calls_p.update_many == 0 and calls_p.update == 280
@@ -63,7 +62,7 @@ def test_fused_run_equals_the_same_run_update_by_update(make_cfg):
 @pytest.mark.parametrize("vectorization", ["sync", "async"])
 @pytest.mark.parametrize("updates_per_step", ["1", "0.5", "0.3"])  # 0.3: not exact in binary
 def test_vector_envs_keep_the_update_to_data_ratio(make_cfg, vectorization, updates_per_step):
-    summary, calls, _ = run(make_cfg(*COMMON, "num_envs=4", f"vectorization={vectorization}",
+    summary, calls, _ = run(make_cfg(*COMMON, "num_envs=4", f"speed.vectorization={vectorization}",
                                      f"updates_per_step={updates_per_step}"))
     expected = round((480 - 200) * float(updates_per_step))
     assert summary["steps"] == 480 and summary["updates"] == calls.batches == expected
@@ -94,13 +93,14 @@ def run_recorded(cfg, stop_at=None):
     parts = build_run(cfg)
     records, checkpoints = Records(), []
     driven = []
-    orig = parts.agent.update_from
+    if parts.driver is not None:
+        orig = parts.driver.run
 
-    def update_from(source):
-        driven.append(1)
-        return orig(source)
+        def run(source):
+            driven.append(1)
+            return orig(source)
 
-    parts.agent.update_from = update_from
+        parts.driver.run = run
     state = {}
 
     def checkpoint(st, kind):
@@ -112,33 +112,32 @@ def run_recorded(cfg, stop_at=None):
     try:
         from training.loop import initial_state
         state["st"] = initial_state(parts.envs, loop_settings(cfg))
-        summary = train(parts.agent, parts.buffer, parts.envs, parts.eval_env, loop_settings(cfg), records,
-                        state=state["st"], hooks=hooks)
-        weights = [np.array(w) for w in parts.agent._acting_net.get_weights()]
-        numpy_weights = [np.array(w) for w in parts.agent._np_weights]
+        summary = train(parts.learner, parts.buffer, parts.envs, parts.eval_env, loop_settings(cfg), records,
+                        state=state["st"], hooks=hooks, driver=parts.driver)
+        acting = parts.learner.agent.acting
+        weights = [np.array(w) for w in acting.network.get_weights()]
+        numpy_weights = [np.array(w) for w in acting._weights]
     finally:
         parts.close()
     return dict(summary=summary, rows=records.rows, checkpoints=checkpoints, weights=weights,
-                numpy_weights=numpy_weights, calls=len(driven), agent=parts.agent)
+                numpy_weights=numpy_weights, calls=len(driven), driver=parts.driver)
 
 
 DRIVEN = [
     # TD3 with two envs, periodic checkpoints and a stop request between events
-    (["agent=td3", "env=pendulum", "num_envs=2", "checkpoint_every=300", "log_every=100"], 1100),
+    (["agent=td3", "env=pendulum", "num_envs=2", "checkpoint.every=300", "logger.every=100"], 1100),
     # DQN with prioritized replay, one update every 4 steps, updates fused per phase
     (["agent=dqn", "env=cartpole", "buffer=prioritized", "updates_per_step=0.25", "train_every=1",
-      "log_every=250", "checkpoint_every=0"], None),
-    (["agent=dqn", "env=cartpole", "train_every=4", "updates_per_step=1", "compile=xla", "log_every=250",
-      "checkpoint_every=0"], None),
+      "logger.every=250", "checkpoint.every=0"], None),
 ]
 
 
 @pytest.mark.parametrize("overrides,stop_at", DRIVEN)
 def test_a_run_driven_from_inside_the_graph_equals_the_run_driven_from_python(make_cfg, overrides, stop_at):
     common = [*overrides, "total_steps=1500", "learning_starts=300", "eval_every=500", "eval_episodes=2",
-              "batch_size=32", "network.hidden=[32,32]", "deterministic=true", "progress=false"]
-    driven = run_recorded(make_cfg(*common, "steps_per_call=400"), stop_at)
-    plain = run_recorded(make_cfg(*common, "steps_per_call=0"), stop_at)
+              "batch_size=32", "network.hidden=[32,32]", "deterministic=true", "logger.progress=false"]
+    driven = run_recorded(make_cfg(*common, "speed.steps_per_call=400"), stop_at)
+    plain = run_recorded(make_cfg(*common, "speed.steps_per_call=0"), stop_at)
     assert plain["calls"] == 0 and driven["calls"] > 0
     # one call per stretch between events (eval, log, checkpoint, stop, or steps_per_call steps)
     events = len([r for r in plain["rows"] if r[0] in ("eval", "update")]) + len(plain["checkpoints"])
@@ -154,15 +153,14 @@ def test_a_run_driven_from_inside_the_graph_equals_the_run_driven_from_python(ma
     for a, b, n in zip(driven["weights"], plain["weights"], driven["numpy_weights"]):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
         np.testing.assert_array_equal(n, a)  # numpy acting holds the last update's weights
-    if driven["agent"].compile_mode == "graph":
-        assert driven["agent"]._drive_fn.experimental_get_tracing_count() == 1  # traced once per run
+    assert driven["driver"]._fn.experimental_get_tracing_count() == 1  # traced once per run
 
 
 @pytest.mark.parametrize("steps_per_call", ["0", "1000"])
 def test_a_stop_request_at_the_last_step_lets_the_run_finish(make_cfg, steps_per_call):
     """A signal that lands in the loop's last iteration must not leave a run stopped at
     total_steps, without its final evaluation, that resume then refuses as already finished."""
-    cfg = make_cfg(*COMMON[:-1], "eval_every=240", f"steps_per_call={steps_per_call}")
+    cfg = make_cfg(*COMMON[:-1], "eval_every=240", f"speed.steps_per_call={steps_per_call}")
     result = run_recorded(cfg, stop_at=480)
     assert result["summary"]["stopped"] is False and result["summary"]["steps"] == 480
     assert result["checkpoints"][-1] == (480, "final")
@@ -172,22 +170,23 @@ def test_a_stop_request_at_the_last_step_lets_the_run_finish(make_cfg, steps_per
 def test_a_driven_call_returns_within_steps_per_call_env_steps(make_cfg):
     # no event for the whole run: only steps_per_call ends a call (and bounds a stop signal's wait)
     cfg = make_cfg("agent=dqn", "env=cartpole", "total_steps=1300", "learning_starts=300", "eval_every=100000",
-                   "log_every=100000", "checkpoint_every=0", "batch_size=16", "network.hidden=[16,16]",
-                   "steps_per_call=100", "num_envs=2", "progress=false")
+                   "logger.every=100000", "checkpoint.every=0", "batch_size=16", "network.hidden=[16,16]",
+                   "speed.steps_per_call=100", "num_envs=2", "logger.progress=false")
     OmegaConf.resolve(cfg)
     parts = build_run(cfg)
-    stretches, orig = [], parts.agent.update_from
+    stretches, orig = [], parts.driver.run
 
-    def update_from(source):
+    def run(source):
         before = len(parts.buffer)
         try:
             return orig(source)
         finally:
             stretches.append(len(parts.buffer) - before)
 
-    parts.agent.update_from = update_from
+    parts.driver.run = run
     try:
-        summary = train(parts.agent, parts.buffer, parts.envs, parts.eval_env, loop_settings(cfg), MultiLogger([]))
+        summary = train(parts.learner, parts.buffer, parts.envs, parts.eval_env, loop_settings(cfg), MultiLogger([]),
+                        driver=parts.driver)
     finally:
         parts.close()
     assert summary["steps"] == 1300 and sum(stretches) == 1000
@@ -195,7 +194,7 @@ def test_a_driven_call_returns_within_steps_per_call_env_steps(make_cfg):
 
 
 def test_a_source_error_reaches_the_caller_as_itself(make_cfg):
-    cfg = make_cfg("agent=td3", "env=pendulum", "network.hidden=[16,16]", "batch_size=8", "progress=false")
+    cfg = make_cfg("agent=td3", "env=pendulum", "network.hidden=[16,16]", "batch_size=8", "logger.progress=false")
     OmegaConf.resolve(cfg)
     parts = build_run(cfg, with_buffer=False)
     calls = []
@@ -204,33 +203,33 @@ def test_a_source_error_reaches_the_caller_as_itself(make_cfg):
         calls.append(td_error)
         if len(calls) == 3:
             raise KeyError("the env went away")
-        batch = [np.zeros((2, 8, *s.shape[1:]), s.dtype.as_numpy_dtype) for s in parts.agent._signature]
-        return type(parts.agent._no_batches)(*batch), True
+        batch = [np.zeros((2, 8, *s.shape[1:]), s.dtype.as_numpy_dtype) for s in parts.learner.signature]
+        return Batch(*batch), True
 
     try:
         with pytest.raises(KeyError, match="the env went away"):
-            parts.agent.update_from(source)
+            parts.driver.run(source)
     finally:
         parts.close()
     assert calls[0] is None and calls[1].shape == (16,)  # the TD errors of the 2 x 8 batches it gave
-    assert int(parts.agent.updates.numpy()) == 4
+    assert int(parts.learner.agent.updates.numpy()) == 4
 
 
 def test_thread_pools_that_can_no_longer_change_are_refused_clearly():
     import tensorflow as tf
 
     from training.config import ConfigError
-    from training.seeding import configure_threads
+    from training.speed import configure_threads
 
     tf.constant(1.0) + 1.0  # TF is running: its pools are fixed
     current = tf.config.threading.get_inter_op_parallelism_threads()
     configure_threads(inter_op=current or None)  # what is in place already is fine
-    with pytest.raises(ConfigError, match=r"tf_threads.inter_op=\d+ cannot be applied: TensorFlow is already running"):
+    with pytest.raises(ConfigError, match=r"speed.threads.inter_op=\d+ cannot be applied: TensorFlow is already running"):
         configure_threads(inter_op=current + 3)
 
 
 def test_auto_inter_op_picks_one_thread_only_for_small_networks():
-    from training.seeding import auto_inter_op
+    from training.speed import auto_inter_op
 
     assert auto_inter_op([64, 64]) == 1
     assert auto_inter_op([128, 32]) == 1
@@ -243,7 +242,7 @@ def test_auto_inter_op_picks_one_thread_only_for_small_networks():
 def test_auto_inter_op_is_a_hint_once_tf_runs():
     import tensorflow as tf
 
-    from training.seeding import configure_threads
+    from training.speed import configure_threads
 
     tf.constant(1.0) + 1.0  # TF is running: its pools are fixed
     current = tf.config.threading.get_inter_op_parallelism_threads()
@@ -252,7 +251,7 @@ def test_auto_inter_op_is_a_hint_once_tf_runs():
 
 
 def test_auto_batch_shards_cut_a_wide_networks_batch_in_graph_mode_on_cpu():
-    from training.seeding import auto_batch_shards, auto_intra_op
+    from training.speed import auto_batch_shards, auto_intra_op
 
     assert auto_batch_shards("graph", [256, 256], 256, cores=2, gpus=0) == 2
     assert auto_batch_shards("graph", [64, 400], 512, cores=8, gpus=0) == 2  # the widest layer decides
@@ -268,11 +267,27 @@ def test_auto_batch_shards_cut_a_wide_networks_batch_in_graph_mode_on_cpu():
     assert auto_intra_op(1, cores=2) is None  # no shards: TF's default
 
 
+def test_auto_chooses_nothing_cpu_specific_on_a_gpu(make_cfg):
+    """On a GPU `auto` gives no shards, no thread sizes and no env steps driven through the
+    graph's host op; on a CPU the defaults turn all three on for TD3 256-256. Explicit values stay."""
+    from training.speed import decide
+
+    speed = make_cfg("agent=td3", "env=ant").speed
+    cpu = decide(speed, [256, 256], 256, gpus=0, cores=2)
+    gpu = decide(speed, [256, 256], 256, gpus=1, cores=2)
+    assert (cpu.batch_shards, cpu.steps_per_call, cpu.intra_op) == (2, 1000, 1)
+    assert (gpu.batch_shards, gpu.steps_per_call, gpu.inter_op, gpu.intra_op) == (1, 0, None, None)
+    assert decide(make_cfg("speed.steps_per_call=500").speed, [256, 256], 256, gpus=1, cores=2).steps_per_call == 500
+    # the driver needs graph mode and numpy acting; elsewhere the loop's per-phase path runs the same steps
+    for preset in ("speed=xla", "speed=eager", "speed.numpy_acting=false"):
+        assert decide(make_cfg(preset, "speed.steps_per_call=500").speed, [256, 256], 256, 0, 2).steps_per_call == 0
+
+
 @pytest.mark.parametrize("overrides, expected", [
     (["agent=dqn", "env=cartpole", "network.hidden=[64,64]"], 1),
     (["agent=dqn", "env=cartpole", "network.hidden=[256,256]"], 0),  # 0: TF's default
-    (["agent=dqn", "env=cartpole", "network.hidden=[64,64]", "tf_threads.inter_op=null"], 0),
-    (["agent=td3", "env=pendulum", "tf_threads.inter_op=3"], 3),
+    (["agent=dqn", "env=cartpole", "network.hidden=[64,64]", "speed.threads.inter_op=null"], 0),
+    (["agent=td3", "env=pendulum", "speed.threads.inter_op=3"], 3),
 ])
 def test_a_fresh_run_sizes_the_inter_op_pool_from_its_config(overrides, expected):
     fresh_run_pools(overrides, expected)
@@ -302,14 +317,14 @@ def fresh_run_pools(overrides, expected):
 
 @pytest.mark.parametrize("overrides, inter_op, expected", [
     (["agent=td3", "env=pendulum"], 0, "shards"),  # 256-256, batch 256, graph mode: two shards
-    (["agent=td3", "env=pendulum", "batch_shards=1"], 0, 0),  # 0: TF's default
-    (["agent=td3", "env=pendulum", "tf_threads.intra_op=null"], 0, 0),
-    (["agent=td3", "env=pendulum", "compile=eager"], 0, 0),
-    (["agent=td3", "env=pendulum", "tf_threads.inter_op=1"], 1, 0),  # one inter-op thread: no shards
-    (["agent=dqn", "env=cartpole", "network.hidden=[64,64]", "batch_shards=2"], 1, 0),  # auto inter_op 1
+    (["agent=td3", "env=pendulum", "speed.batch_shards=1"], 0, 0),  # 0: TF's default
+    (["agent=td3", "env=pendulum", "speed.threads.intra_op=null"], 0, 0),
+    (["agent=td3", "env=pendulum", "speed.compile=eager"], 0, 0),
+    (["agent=td3", "env=pendulum", "speed.threads.inter_op=1"], 1, 0),  # one inter-op thread: no shards
+    (["agent=dqn", "env=cartpole", "network.hidden=[64,64]", "speed.batch_shards=2"], 1, 0),  # auto inter_op 1
 ])
 def test_a_fresh_run_sizes_the_intra_op_pool_from_its_batch_shards(overrides, inter_op, expected):
-    from training.seeding import auto_intra_op, available_cores
+    from training.speed import auto_intra_op, available_cores
 
     if expected == "shards":
         expected = auto_intra_op(2, available_cores())

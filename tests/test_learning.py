@@ -23,7 +23,7 @@ def run_to_completion(cfg):
 @pytest.mark.slow
 @pytest.mark.parametrize("agent", ["td3", "ddpg"])
 def test_learns_pendulum_within_15k_steps(make_cfg, agent):
-    cfg = make_cfg(f"agent={agent}", "env=pendulum", "total_steps=15000", "eval_every=15000", "seed=0", "progress=false")
+    cfg = make_cfg(f"agent={agent}", "env=pendulum", "total_steps=15000", "eval_every=15000", "seed=0", "logger.progress=false")
     summary = run_to_completion(cfg)
     assert summary["steps"] == 15000
     assert summary["updates"] == 15000 - cfg.learning_starts
@@ -33,7 +33,7 @@ def test_learns_pendulum_within_15k_steps(make_cfg, agent):
 @pytest.mark.slow
 def test_dqn_wins_every_static_gridworld_game(make_cfg):
     cfg = make_cfg("agent=dqn", "env=gridworld", "env.mode=static", "total_steps=8000", "eval_every=8000",
-                   "eval_episodes=100", "progress=false")
+                   "eval_episodes=100", "logger.progress=false")
     summary = run_to_completion(cfg)
     assert summary["final_success_rate"] == 1.0, summary
 
@@ -41,7 +41,7 @@ def test_dqn_wins_every_static_gridworld_game(make_cfg):
 @pytest.mark.slow
 def test_dqn_wins_90_percent_of_random_gridworld_games(make_cfg):
     cfg = make_cfg("agent=dqn", "env=gridworld", "env.mode=random", "total_steps=20000", "eval_every=20000",
-                   "eval_episodes=1000", "progress=false")
+                   "eval_episodes=1000", "logger.progress=false")
     summary = run_to_completion(cfg)
     assert summary["final_success_rate"] >= 0.90, summary
 
@@ -50,6 +50,6 @@ def test_dqn_wins_90_percent_of_random_gridworld_games(make_cfg):
 def test_dqn_reaches_475_on_cartpole(make_cfg):
     """CartPole-v1's maximum is 500. DQN is known to oscillate on it after solving it, so the bar is
     that an evaluation within the budget reaches 475, the task's 'solved' threshold."""
-    cfg = make_cfg("agent=dqn", "env=cartpole", "total_steps=50000", "eval_every=5000", "progress=false")
+    cfg = make_cfg("agent=dqn", "env=cartpole", "total_steps=50000", "eval_every=5000", "logger.progress=false")
     summary = run_to_completion(cfg)
     assert summary["best_return"] >= 475, summary

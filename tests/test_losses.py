@@ -8,6 +8,7 @@ from agents import losses
 from agents.ddpg import DDPG
 from agents.td3 import TD3
 from buffers.types import Batch
+from helpers import compiled, one
 from networks.mlp import mlp
 
 
@@ -90,13 +91,13 @@ def expected_critic_mse():
 
 @pytest.mark.parametrize("mode", ["eager", "graph"])
 def test_td3_first_update_by_hand_and_policy_delay(mode):
-    agent = TD3(1, np.array([-2.0]), np.array([2.0]), tiny_net, np.random.default_rng(0),
-                target_noise=0.0, compile=mode)
+    agent = TD3(1, np.array([-2.0]), np.array([2.0]), tiny_net, np.random.default_rng(0), target_noise=0.0)
+    learner = compiled(agent, mode)
     mse, y = expected_critic_mse()
     actor_before = [w.copy() for w in agent.actor.get_weights()]
     targets_before = [w.copy() for w in agent.critic1_target.get_weights() + agent.actor_target.get_weights()]
 
-    m = agent.update(BATCH)  # update 1: critics only
+    m = learner.update(one(BATCH))  # update 1: critics only
     assert float(m["target_q"]) == pytest.approx(float(np.mean(y)), rel=1e-5)
     assert float(m["critic_loss"]) == pytest.approx(2 * mse, rel=1e-5)  # both critics start equal
     for a, b in zip(actor_before, agent.actor.get_weights()):
@@ -104,7 +105,7 @@ def test_td3_first_update_by_hand_and_policy_delay(mode):
     for a, b in zip(targets_before, agent.critic1_target.get_weights() + agent.actor_target.get_weights()):
         np.testing.assert_array_equal(a, b)
 
-    agent.update(BATCH)  # update 2: the delayed step moves the actor and every target
+    learner.update(one(BATCH))  # update 2: the delayed step moves the actor and every target
     assert int(agent.updates.numpy()) == 2
     assert any(not np.array_equal(a, b) for a, b in zip(actor_before, agent.actor.get_weights()))
     moved = agent.critic1_target.get_weights() + agent.actor_target.get_weights()
@@ -115,8 +116,8 @@ def test_td3_target_noise_is_clipped_and_scaled():
     """With huge smoothing noise the target action is clipped to +-noise_clip*half_range around the
     target actor's action; the critic target must stay within what that range allows."""
     agent = TD3(1, np.array([-2.0]), np.array([2.0]), tiny_net, np.random.default_rng(0),
-                target_noise=100.0, noise_clip=0.5, compile="graph")
-    m = agent.update(BATCH)
+                target_noise=100.0, noise_clip=0.5)
+    m = compiled(agent).update(one(BATCH))
     a = actor_by_hand(BATCH.next_obs)
     lo = np.clip(a - 1.0, -2, 2)[:, None]
     hi = np.clip(a + 1.0, -2, 2)[:, None]

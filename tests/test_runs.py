@@ -16,8 +16,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A short deterministic TD3 run on Pendulum: 200 random steps, then 400 steps with updates.
 RUN = ["env=pendulum", "total_steps=600", "learning_starts=200", "eval_every=200", "eval_episodes=2",
-       "batch_size=64", "network.hidden=[32,32]", "log_every=100", "checkpoint_every=200", "checkpoint_keep=2", "deterministic=true",
-       "logger.trace_graph=true", "progress=false"]
+       "batch_size=64", "network.hidden=[32,32]", "logger.every=100", "checkpoint.every=200", "checkpoint.keep=2", "deterministic=true",
+       "logger.trace_graph=true", "logger.progress=false"]
 
 
 def train(run_dir, *overrides, timeout=600):
@@ -115,7 +115,7 @@ def test_a_signal_to_the_process_group_stops_async_envs_at_a_checkpoint(tmp_path
     stop at a checkpoint and say how to resume, not die in a worker's KeyboardInterrupt."""
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
-        [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *RUN, LONG, "num_envs=2", "vectorization=async"],
+        [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *RUN, LONG, "num_envs=2", "speed.vectorization=async"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
     deadline = time.time() + 300
@@ -273,7 +273,7 @@ def test_video_is_a_valid_mp4(tmp_path):
     proc = subprocess.run(
         [sys.executable, "train.py", f"hydra.run.dir={run_dir}", "env=inverted_pendulum", "total_steps=300",
          "learning_starts=100", "eval_every=1000", "eval_episodes=1", "batch_size=32", "network.hidden=[16,16]",
-         "logger.trace_graph=true", "progress=false"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+         "logger.trace_graph=true", "logger.progress=false"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     proc = evaluate(f"run_dir={run_dir}", "episodes=1", "video=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -292,7 +292,7 @@ def test_video_is_a_valid_mp4(tmp_path):
 def test_wandb_offline_run_holds_config_and_metrics(tmp_path):
     run_dir = tmp_path / "wb"
     proc = subprocess.run(
-        [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *RUN[:-3], "total_steps=300", "checkpoint_every=0",
+        [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *RUN[:-3], "total_steps=300", "checkpoint.every=0",
          "logger.wandb=true", "wandb.mode=offline", "wandb.project=tfrl-test"],
         cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "WANDB_MODE": "offline"})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -396,7 +396,7 @@ def test_wandb_without_network_warns_and_records_offline(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}
     env.update(WANDB_BASE_URL="http://127.0.0.1:9", WANDB_API_KEY="0" * 40)
     proc = subprocess.run(
-        [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *RUN[:-3], "total_steps=300", "checkpoint_every=0",
+        [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *RUN[:-3], "total_steps=300", "checkpoint.every=0",
          "logger.wandb=true", "wandb.init_timeout=10"],
         cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -14,7 +14,7 @@ import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Short Pendulum runs: past learning_starts, three evaluations each.
-SHORT = ["total_steps=600", "learning_starts=200", "eval_every=200", "eval_episodes=2", "progress=false"]
+SHORT = ["total_steps=600", "learning_starts=200", "eval_every=200", "eval_episodes=2", "logger.progress=false"]
 
 
 def multirun(sweep_dir, *overrides, timeout=900, config_dir=None):
@@ -116,8 +116,8 @@ def test_preempted_submitit_job_is_requeued_and_resumes_its_checkpoint(tmp_path)
     submitit, which requeues the job, and the requeued job continues from that checkpoint."""
     sweep = tmp_path / "sweep"
     cmd = [sys.executable, "train.py", "-m", f"hydra.sweep.dir={sweep}", "seed=0", "total_steps=3000",
-           "learning_starts=200", "eval_every=500", "eval_episodes=2", "checkpoint_every=500",
-           "progress=false", "hydra/launcher=submitit_local"]
+           "learning_starts=200", "eval_every=500", "eval_episodes=2", "checkpoint.every=500",
+           "logger.progress=false", "hydra/launcher=submitit_local"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run_dir = sweep / "0"
     deadline = time.time() + 600
@@ -145,7 +145,7 @@ def test_optuna_sweep_of_three_trials_maximises_the_final_return(tmp_path):
     sweep = tmp_path / "sweep"
     proc = multirun(
         sweep, "agent=dqn", "env=cartpole", "hydra/sweeper=optuna_dqn", "hydra.sweeper.n_trials=3",
-        "total_steps=600", "learning_starts=200", "eval_every=300", "eval_episodes=2", "progress=false",
+        "total_steps=600", "learning_starts=200", "eval_every=300", "eval_episodes=2", "logger.progress=false",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     trials = job_dirs(sweep)
@@ -196,7 +196,7 @@ def test_slurm_preset_composes_with_requeue_settings():
 def test_resume_auto_starts_a_fresh_run_and_continues_an_existing_one(tmp_path):
     def run(*overrides):
         cmd = [sys.executable, "train.py", f"hydra.run.dir={tmp_path}", "resume=auto", "total_steps=300",
-               "learning_starts=200", "eval_every=150", "eval_episodes=1", "progress=false", *overrides]
+               "learning_starts=200", "eval_every=150", "eval_episodes=1", "logger.progress=false", *overrides]
         return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
     # the records of an attempt killed before its first checkpoint: the fresh start logs these steps again

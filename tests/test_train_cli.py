@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def train(tmp_path, *overrides, timeout=600, env=None):
-    cmd = [sys.executable, "train.py", f"hydra.run.dir={tmp_path}", "progress=false", *overrides]
+    cmd = [sys.executable, "train.py", f"hydra.run.dir={tmp_path}", "logger.progress=false", *overrides]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
 
@@ -27,7 +27,7 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
     # from a shell set up for JAX work: train.py runs Keras on TensorFlow whatever KERAS_BACKEND says
     proc = train(
         tmp_path, f"agent={agent}", "env=pendulum", "total_steps=300", "learning_starts=200",
-        "eval_every=150", "eval_episodes=1", "batch_size=32", "log_every=100", env={"KERAS_BACKEND": "jax"},
+        "eval_every=150", "eval_episodes=1", "batch_size=32", "logger.every=100", env={"KERAS_BACKEND": "jax"},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
@@ -56,16 +56,16 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
         (["total_steps=-5"], "total_steps must be a positive integer"),
         (["env.id=Pendulm-v1"], "Did you mean Pendulum-v1"),
         (["env.id=LunarLanderContinuous-v3"], "LunarLanderContinuous-v3 needs a package that is not installed"),
-        (["compile=fast"], "compile must be eager, graph or xla"),
-        (["update_precision=float16"], "update_precision must be one of float32, bfloat16, got 'float16'; set"),
-        (["steps_per_call=-1"], "steps_per_call must be a non-negative integer"),
-        (["tf_threads.inter_op=0"], "tf_threads.inter_op must be a positive integer, null (TF's default) or auto"),
-        (["tf_threads.intra_op=many"], "tf_threads.intra_op must be a positive integer, null (TF's default) or auto"),
-        (["+tf_threads.intra=1"], "tf_threads.intra is not a thread pool; the pools are tf_threads.inter_op and"),
-        (["batch_shards=0"], "batch_shards must be a positive integer or auto, got 0"),
+        (["speed.compile=fast"], "compile must be eager, graph or xla"),
+        (["speed.update_precision=float16"], "update_precision must be one of float32, bfloat16, got 'float16'; set"),
+        (["speed.steps_per_call=-1"], "steps_per_call must be a non-negative integer"),
+        (["speed.threads.inter_op=0"], "speed.threads.inter_op must be a positive integer, null (TF's default) or auto"),
+        (["speed.threads.intra_op=many"], "speed.threads.intra_op must be a positive integer, null (TF's default) or auto"),
+        (["+speed.threads.intra=1"], "speed.threads.intra is not a thread pool; the pools are tf_threads.inter_op and"),
+        (["speed.batch_shards=0"], "batch_shards must be a positive integer or auto, got 0"),
         (["agent.batch_shards=3"], "batch_size (256) does not split into agent.batch_shards=3 equal shards"),
-        (["batch_shards=two"], "batch_shards must be a positive integer or auto, got 'two'"),
-        (["batch_size=100", "batch_shards=3"], "batch_size (100) does not split into batch_shards=3 equal shards"),
+        (["speed.batch_shards=two"], "batch_shards must be a positive integer or auto, got 'two'"),
+        (["batch_size=100", "speed.batch_shards=3"], "batch_size (100) does not split into batch_shards=3 equal shards"),
         (["agent=dqn", "env=pendulum"], "DQN needs a discrete action space"),
         (["agent=dqn", "env=cartpole", "buffer=prioritized", "buffer.alpha=-1"], "buffer.alpha must be >= 0"),
         (["agent=dqn", "env=cartpole", "buffer=prioritized", "buffer.beta=1.5"], "buffer.beta must lie in [0, 1]"),
@@ -81,7 +81,7 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
         (["seed=abc"], "seed must be an integer, got 'abc'"),
         (["+network.hiden=[64]"], "network.hiden: not a setting of networks.mlp.mlp, whose settings are"),
         (["+agent.lr=0.001"], "agent.lr: not a setting of agents.td3.TD3, whose settings are"),
-        (["vectorization=threads"], "vectorization must be sync or async, got 'threads'; set vectorization=sync."),
+        (["speed.vectorization=threads"], "vectorization must be sync or async, got 'threads'; set vectorization=sync."),
         (["num_envs=0"], "num_envs must be a positive integer, got 0; set e.g. num_envs=1."),
     ],
 )
