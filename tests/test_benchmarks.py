@@ -42,7 +42,7 @@ def test_loop_ab_measures_every_variant_in_one_process(tmp_path):
            "--intervals", "2", "--warmup", "100", "--output", str(out)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "| (as is) |" in proc.stdout and "| steps_per_call=0 |" in proc.stdout
+    assert "| (as is) |" in proc.stdout and "| speed.steps_per_call=0 |" in proc.stdout
     rates = json.loads(out.read_text())["env_steps_per_s"]
     assert set(rates) == {"", "speed.steps_per_call=0"}
     assert all(len(r["rounds"]) == 2 and r["median"] > 0 for r in rates.values())
@@ -217,11 +217,11 @@ def test_sb3_learning_gives_dqn_the_same_target_copies_and_epsilon():
 
 def test_sb3_learning_loads_no_tensorflow():
     """SB3's venv has no TensorFlow: sb3_learning.py and the evaluation it shares with train.py
-    (training/episodes.py) must import without it."""
+    (training/evaluation.py) must import without it."""
     code = ("import importlib.util, sys; "
             f"spec = importlib.util.spec_from_file_location('sb3_learning', {os.path.join(ROOT, 'benchmarks', 'sb3_learning.py')!r}); "
             "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module); "
-            "assert module.evaluate.__module__ == 'training.episodes'; "
+            "assert module.evaluate.__module__ == 'training.evaluation'; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras')))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr

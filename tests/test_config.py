@@ -45,12 +45,12 @@ def test_every_combination_composes_and_instantiates(make_cfg, agent, network, b
         obs, _ = run.envs.reset(seed=0)
         space = run.envs.single_action_space
         for _ in range(3):
-            action = run.agent.act(obs, explore=True)
+            action = run.learner.act(obs, explore=True)
             assert run.envs.action_space.contains(action.astype(run.envs.action_space.dtype))
             next_obs, reward, term, trunc, _ = run.envs.step(action)
             run.buffer.add(obs, action, reward, next_obs, term, trunc)
             obs = next_obs
-        metrics = run.agent.update(run.buffer.sample(4))
+        metrics = run.learner.update(run.buffer.sample_batches(4, 1))
         run.buffer.update_priorities(metrics["td_error"])
         assert all(np.isfinite(float(v)) for v in metrics.values() if np.ndim(v) == 0)
         assert isinstance(space, gym.spaces.Discrete) == (agent == "dqn")
@@ -90,7 +90,7 @@ def test_resume_keeps_values_that_interpolated_the_old_total(tmp_path):
     from training.resume import resume_config
 
     os.makedirs(tmp_path / ".hydra")
-    OmegaConf.save(OmegaConf.create({"total_steps": 1000, "progress": True,
+    OmegaConf.save(OmegaConf.create({"total_steps": 1000, "speed": {}, "logger": {"progress": True},
                                      "buffer": {"beta_steps": "${total_steps}"}}), tmp_path / ".hydra" / "config.yaml")
     cfg = resume_config(str(tmp_path), ["total_steps=3000", "logger.progress=false"])
-    assert cfg.total_steps == 3000 and cfg.progress is False and cfg.buffer.beta_steps == 1000
+    assert cfg.total_steps == 3000 and cfg.logger.progress is False and cfg.buffer.beta_steps == 1000

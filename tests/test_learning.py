@@ -15,7 +15,8 @@ def run_to_completion(cfg):
     OmegaConf.resolve(cfg)
     run = build_run(cfg)
     try:
-        return train(run.agent, run.buffer, run.envs, run.eval_env, loop_settings(cfg), MultiLogger([]))
+        return train(run.learner, run.buffer, run.envs, run.eval_env, loop_settings(cfg, run.speed), MultiLogger([]),
+                     driver=run.driver)
     finally:
         run.close()
 

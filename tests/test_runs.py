@@ -252,7 +252,7 @@ def test_exported_savedmodel_acts_like_the_agent(reference):
 
     from omegaconf import OmegaConf
 
-    from training.builder import build_agent
+    from training.builder import build_learner
     from training.checkpoints import Checkpointer, resolve_checkpoint
     from training.runner import describe
     import gymnasium as gym
@@ -260,10 +260,10 @@ def test_exported_savedmodel_acts_like_the_agent(reference):
     cfg = OmegaConf.load(reference / ".hydra" / "config.yaml")
     OmegaConf.resolve(cfg)
     env = gym.make("Pendulum-v1")
-    agent = build_agent(cfg, env.observation_space, env.action_space, np.random.default_rng(0))
+    agent = build_learner(cfg, env.observation_space, env.action_space, np.random.default_rng(0))
     Checkpointer(str(reference), agent.trackables(), describe=describe(cfg)).restore(
         resolve_checkpoint(str(reference), "latest"), agent_only=True)
-    agent.refresh_policy()
+    agent.refresh()
     np.testing.assert_allclose(exported, agent.act(obs, explore=False), rtol=1e-5, atol=1e-6)
     assert np.all(np.abs(exported) <= 2.0)
 
@@ -312,7 +312,9 @@ def test_wandb_offline_run_holds_config_and_metrics(tmp_path):
             history.append({i.key or "/".join(i.nested_key): i.value_json for i in rec.history.item})
     assert json.loads(config["total_steps"]) == 300 and json.loads(config["agent"])["_target_"] == "agents.td3.TD3"
     summary = json.loads((run_dir / "summary.json").read_text())  # what `auto` decided, beside the config's "auto"
-    assert json.loads(config["speed"]) == {k: summary[k] for k in ("batch_shards", "inter_op_threads", "intra_op_threads")}
+    decided = ("batch_shards", "steps_per_call", "inter_op_threads", "intra_op_threads")
+    assert json.loads(config["speed"]) == {**json.loads(config["speed"]), **{k: summary[k] for k in decided}}
+    assert json.loads(config["speed"])["compile"] == "graph"  # the group's settings, with what `auto` decided
     keys = set().union(*history)
     assert {"eval/return_mean", "train/episode_return", "update/critic_loss", "global_step"} <= keys
     eval_steps = [json.loads(h["global_step"]) for h in history if "eval/return_mean" in h]

@@ -204,6 +204,13 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
     return summary
 
 
+def wandb_config(cfg: DictConfig, decided: dict) -> dict:
+    """The config as composed, its `speed` group with what `auto` decided here beside it."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+    config["speed"] = {**config.get("speed", {}), **decided}
+    return config
+
+
 def _wandb_logger(cfg: DictConfig, run_dir: str, console, speed: dict) -> WandbLogger:
     id_file = os.path.join(run_dir, "wandb_id.txt")
     if os.path.exists(id_file):
@@ -225,6 +232,5 @@ def _wandb_logger(cfg: DictConfig, run_dir: str, console, speed: dict) -> WandbL
     return WandbLogger(
         run_dir=run_dir, project=w.project, entity=w.entity, group=group, name=name or os.path.basename(run_dir),
         mode=w.mode, tags=list(w.tags or []), run_id=run_id, init_timeout=float(w.init_timeout),
-        # the config as composed, and under `speed` what its `auto` settings decided here
-        config={**OmegaConf.to_container(cfg, resolve=True), "speed": speed}, warn=console,
+        config=wandb_config(cfg, speed), warn=console,
     )

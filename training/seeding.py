@@ -1,7 +1,6 @@
 """One seed reaches everything: Python's `random`, numpy, TensorFlow/Keras and the envs."""
 from __future__ import annotations
 
-import os
 import random
 
 import numpy as np
