@@ -94,3 +94,46 @@ def test_resume_keeps_values_that_interpolated_the_old_total(tmp_path):
                                      "buffer": {"beta_steps": "${total_steps}"}}), tmp_path / ".hydra" / "config.yaml")
     cfg = resume_config(str(tmp_path), ["total_steps=3000", "logger.progress=false"])
     assert cfg.total_steps == 3000 and cfg.logger.progress is False and cfg.buffer.beta_steps == 1000
+
+
+OLD_RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "run_before_speed_group")
+
+
+def test_a_config_saved_before_the_speed_group_moves_its_keys():
+    from training.resume import load_run_config
+
+    cfg = load_run_config(OLD_RUN)  # saved with compile, batch_shards, checkpoint_every, ... at the top
+    assert cfg.speed.compile == "graph" and cfg.speed.batch_shards == "auto" and cfg.speed.steps_per_call == 1000
+    assert cfg.speed.numpy_acting is True and cfg.speed.threads.inter_op == "auto"  # agent.fast_act, tf_threads
+    assert cfg.checkpoint.every == 0 and cfg.checkpoint.buffer is False and cfg.logger.progress is False
+    assert not {"compile", "batch_shards", "update_precision", "fast_act"} & set(cfg.agent)
+    assert not {"compile", "tf_threads", "checkpoint_every", "save_buffer", "log_every", "progress"} & set(cfg)
+    OmegaConf.resolve(cfg)
+    from training.config import validate
+
+    validate(cfg)
+
+
+def test_a_run_saved_before_the_redesign_evaluates_to_its_own_measure_and_resumes(tmp_path):
+    """A run of the code before the speed group (47df771: TD3 16-16 on Pendulum, 300 steps, no
+    buffer in its checkpoint): evaluate.py restores it and, with the training run's evaluation
+    seed (seed + 100) and episode count, measures the return the run itself recorded; resume
+    continues it."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "old"
+    shutil.copytree(OLD_RUN, run_dir)
+    recorded = json.loads((run_dir / "summary.json").read_text())["final_return"]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "evaluate.py", f"run_dir={run_dir}", "episodes=1", "seed=100"],
+                          cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    measured = json.loads((run_dir / "eval" / "latest.json").read_text())["return_mean"]
+    assert measured == pytest.approx(recorded, rel=1e-4)
+    proc = subprocess.run([sys.executable, "train.py", f"resume={run_dir}", "total_steps=400"],
+                          cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 400
