@@ -13,10 +13,9 @@ SMALL_NETWORK_WIDTH = 128  # `speed.threads.inter_op=auto`: one inter-op thread 
 def auto_inter_op(hidden) -> int | None:
     """`speed.threads.inter_op=auto`: 1 for a network whose hidden layers are all at most
     SMALL_NETWORK_WIDTH units wide, else None (TF's default pool). A small network's update ops
-    take microseconds, less than handing them to another thread costs: TF's pool slows DQN
-    64-64 on CartPole by 1.2x and 128-128 by 1.1x. From 256 units the ops are worth spreading
-    (TD3's twin critics run side by side; DQN 256-256 runs 1.2x faster with TF's pool). Without a
-    `network.hidden` to judge by it keeps TF's default. Measured in benchmarks/README.md."""
+    take microseconds, less than handing them to another thread costs; from 256 units the ops are
+    worth spreading (TD3's twin critics run side by side). Without a `network.hidden` to judge by
+    it keeps TF's default. Measured in benchmarks/README.md."""
     try:
         widths = [int(h) for h in hidden]
     except (TypeError, ValueError):
@@ -40,10 +39,8 @@ def auto_batch_shards(compile: str, hidden, batch_size: int, cores: int, gpus: i
     least 2 cores) of a network wider than SMALL_NETWORK_WIDTH units, and the batch splits into
     two shards of at least MIN_SHARD_ROWS rows; else 1. Each shard's forward and backward pass is
     then its own chain of ops, run side by side by the inter-op threads, with the cores divided
-    among the shards (`auto_intra_op`) rather than every matmul split across all of them. On 2
-    cores: TD3 on Ant 1.10x env steps/s, DDPG on Ant 1.05x, TD3 on Pendulum 1.09x (batch 256,
-    shards of 128 rows); DQN 256-256 with batch 128 (shards of 64 rows) gained nothing. Eager mode
-    runs ops one at a time, XLA and GPUs run a batch's matmul as one kernel, and a small network's
+    among the shards (`auto_intra_op`) rather than every matmul split across all of them; shards
+    under MIN_SHARD_ROWS rows gained nothing. Eager mode runs ops one at a time, XLA and GPUs run a batch's matmul as one kernel, and a small network's
     ops cost less than their dispatch, so none of them gains. Two shards is what was measured;
     more would make smaller matmuls. Measured in benchmarks/README.md."""
     try:
