@@ -42,3 +42,19 @@ def test_async_envs_are_not_saved():
         assert dump_envs(envs) is None
     finally:
         envs.close()
+
+
+def test_vector_episode_statistics_count_every_episode_in_full():
+    """With same-step autoreset every episode after the first starts on a real step; gymnasium
+    before 1.4 dropped that step from the episode statistics (Pendulum's episodes read 199 steps)."""
+    envs = make_vector_env("Pendulum-v1", 2, seed=0)
+    envs.reset(seed=0)
+    lengths, returns = [], []
+    for _ in range(600):
+        _, reward, _, _, infos = envs.step(envs.action_space.sample())
+        if "episode" in infos:
+            lengths += [int(x) for x in infos["episode"]["l"][infos["_episode"]]]
+            returns += [float(x) for x in infos["episode"]["r"][infos["_episode"]]]
+    envs.close()
+    assert lengths == [200] * 6
+    assert all(r < 0 for r in returns)
