@@ -84,6 +84,9 @@ class Learner(Protocol):
 
     def trackables(self) -> dict[str, Any]: ...
 
+    def update_graph(self):
+        """The compiled update's graph (for TensorBoard), or None when it is not compiled."""
+
 
 def adam(learning_rate: float, beta_1: float = 0.9) -> keras.optimizers.Adam:
     """Adam with the reference implementations' (PyTorch's) epsilon 1e-8, Keras' default being 1e-7.
