@@ -7,6 +7,7 @@ import pytest
 from agents.ddpg import DDPG
 from agents.td3 import TD3
 from buffers.types import Batch
+from hand_nets import policy, q_value
 from networks.mlp import mlp
 
 AGENTS = [TD3, DDPG]
@@ -49,15 +50,43 @@ def one(b):
     return stack([b])
 
 
+def metrics_by_numpy(agent, before, b):
+    """An update's metrics recomputed in numpy from the networks' weights before it (the critic's
+    after it for the actor's loss, as the actor steps on the critic that has just stepped), for
+    TD3 without smoothing noise: y = r + discount * min over the target critics at the target
+    actor's action."""
+    critics = ["critic1", "critic2"] if isinstance(agent, TD3) else ["critic"]
+    next_action = policy(before["actor_target"], b.next_obs, LOW, HIGH)
+    y = b.reward + b.discount * np.min([q_value(before[c + "_target"], b.next_obs, next_action) for c in critics], axis=0)
+    qs = [q_value(before[c], b.obs, b.action) for c in critics]
+    pi = policy(before["actor"], b.obs, LOW, HIGH)
+    expected = {
+        "target_q": y.mean(),
+        "critic_loss": sum(np.mean((q - y) ** 2) for q in qs),
+        "td_error": np.max([np.abs(y - q) for q in qs], axis=0),
+        "actor_loss": -np.mean(q_value(getattr(agent, critics[0]).get_weights(), b.obs, pi)),
+    }
+    expected.update({f"q{i + 1}": q.mean() for i, q in enumerate(qs)})
+    return expected
+
+
+def network_weights(agent):
+    names = [n for n in ("actor", "actor_target", "critic", "critic_target", "critic1", "critic2", "critic1_target",
+                         "critic2_target") if hasattr(agent, n)]
+    return {n: [w.copy() for w in getattr(agent, n).get_weights()] for n in names}
+
+
 @pytest.mark.parametrize("cls", AGENTS)
 def test_update_is_traced_once_per_run(cls):
-    agent = make(cls)
+    agent = make(cls, **({"target_noise": 0.0} if cls is TD3 else {}))  # no noise: the last update is recomputed below
     rng = np.random.default_rng(1)
     for n in (32, 32, 64, 17):  # new values and new batch sizes must not retrace
-        metrics = agent.update(one(batch(rng, n)))
+        before, b = network_weights(agent.agent), batch(rng, n)
+        metrics = agent.update(one(b))
     assert agent.update_trace_count == 1
     assert int(agent.agent.updates.numpy()) == 4
-    assert all(np.all(np.isfinite(v)) for v in metrics.values())
+    for key, value in metrics_by_numpy(agent.agent, before, b).items():  # TD3's 4th update is a delayed one
+        np.testing.assert_allclose(metrics[key], value, rtol=1e-4, atol=1e-5, err_msg=key)
     assert metrics["td_error"].shape == (17,)  # per-sample, for prioritized replay
 
 

@@ -8,6 +8,7 @@ from agents import losses
 from agents.ddpg import DDPG
 from agents.td3 import TD3
 from buffers.types import Batch
+from hand_nets import q_value
 from helpers import compiled, one
 from networks.mlp import mlp
 
@@ -138,8 +139,11 @@ def test_ddpg_first_update_by_hand(l2):
     penalty = sum(float(x) for x in agent.critic.losses)
     # weight decay l2: a penalty of l2/2 * sum(w**2), so its gradient is l2 * w (PyTorch's weight_decay)
     assert penalty == pytest.approx(l2 / 2 * sum(float(np.sum(k**2)) for k in kernels), rel=1e-5)
-    # the actor's loss is -mean Q(s, pi(s)) with the critic *after* its step; it must be finite
-    assert np.isfinite(float(m["actor_loss"]))
+    # the actor's loss is -mean Q(s, pi(s)) with the critic *after* its step, the actor before its own
+    pi = actor_by_hand(BATCH.obs)[:, None]
+    expected = -np.mean(q_value(agent.critic.get_weights(), BATCH.obs, pi))
+    assert abs(expected + np.mean(q_by_hand(BATCH.obs, pi))) > 1e-4  # the critic's step changed it
+    assert float(m["actor_loss"]) == pytest.approx(expected, rel=1e-5)
 
 
 def test_ddpg_weight_decay_moves_kernels_the_loss_does_not():

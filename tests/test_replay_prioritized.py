@@ -103,7 +103,18 @@ def test_fused_batches_each_cover_the_whole_priority_mass():
         assert batches.obs[j].min() < 50 and batches.obs[j].max() > 950
         assert batches.weight[j].max() == 1.0
     assert fused.last_indices.shape == (256,)
-    fused.update_priorities(np.ones((4, 64)))  # the fused update's TD errors, one per sample
+    before = fused._tree.get(np.arange(1000)).copy()
+    td = -np.linspace(0.5, 10.0, 256).reshape(4, 64)  # the fused update's TD errors, one per sample, batch by batch
+    fused.update_priorities(td)
+    # each sample's transition gets |TD error| + eps (alpha 1); one drawn in two batches keeps the
+    # later batch's, as K updates one after the other would leave it; the others keep theirs
+    expected = before.copy()
+    for j, i in np.ndindex(4, 64):
+        expected[int(batches.obs[j, i, 0])] = abs(td[j, i]) + 1e-6
+    assert len(np.unique(batches.obs)) < 256  # some transitions were drawn in two batches
+    np.testing.assert_allclose(fused._tree.get(np.arange(1000)), expected, rtol=1e-12)
+    assert fused._tree.total == pytest.approx(expected.sum(), rel=1e-12)
+    assert fused.state_dict()["max_priority"] == pytest.approx(10.0 + 1e-6)
 
 
 @pytest.mark.parametrize("kwargs,message", [({"alpha": -0.1}, "alpha"), ({"beta": 1.5}, "beta"), ({"n_step": 0}, "n_step")])

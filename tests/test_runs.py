@@ -88,8 +88,21 @@ def test_tensorboard_holds_the_compiled_update_graph(reference):
     acc = EventAccumulator(str(reference / "tb"))
     acc.Reload()
     graph = acc.Graph()
-    ops = {node.op for node in graph.node}
-    assert {"MatMul", "AssignVariableOp", "StatelessRandomNormalV2"} & ops and len(graph.node) > 100
+    # the graph's own ops and those of the functions it calls (the delayed step is a cond branch)
+    ops = {node.op for node in graph.node} | {node.op for f in graph.library.function for node in f.node_def}
+    required = {
+        "MatMul", "Relu", "ReluGrad",  # the critics' forward and backward passes
+        "Tanh", "TanhGrad",  # the actors' forward passes, and the actor's gradient: the actor step
+        "Minimum",  # min(Q1', Q2'), and the clip of the smoothing noise
+        "Sqrt", "AssignSubVariableOp",  # Adam's steps
+        "AssignVariableOp",  # the targets' Polyak averaging
+        "AssignAddVariableOp",  # the update counter of the policy delay
+    }
+    assert required <= ops, sorted(required - ops)
+    assert ops & {"If", "StatelessIf"}, "no conditional: the policy delay's actor and target step"
+    normal = {"StatelessRandomNormalV2", "StatelessRandomNormal", "RandomStandardNormal", "StatefulStandardNormalV2"}
+    assert ops & normal, "no normal sampler: the target smoothing noise"
+    assert len(graph.node) > 100
 
 
 def tf_value(event):

@@ -1,0 +1,66 @@
+"""Helpers for tests that check the agents against values computed by hand: a numpy forward pass
+of a dense stack (float64, no TensorFlow), network builders whose networks get chosen weights at
+construction, and batches as float32 tensors (int32 discrete actions)."""
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from buffers.types import Batch
+from networks.mlp import mlp
+
+
+def forward(weights, x, output_activation=None) -> np.ndarray:
+    """Output of a dense stack `[kernel, bias, kernel, bias, ...]` with relu hidden layers, in float64."""
+    h = np.asarray(x, np.float64)
+    layers = list(zip(weights[0::2], weights[1::2]))
+    for i, (kernel, bias) in enumerate(layers):
+        h = h @ np.asarray(kernel, np.float64) + np.asarray(bias, np.float64)
+        if i < len(layers) - 1:
+            h = np.maximum(h, 0.0)
+    if output_activation == "tanh":
+        return np.tanh(h)
+    assert output_activation is None, output_activation
+    return h
+
+
+def q_value(critic_weights, obs, action) -> np.ndarray:
+    """A critic's Q(s, a), shape (B,): the network on [s, a]."""
+    return forward(critic_weights, np.concatenate([obs, action], axis=-1))[:, 0]
+
+
+def policy(actor_weights, obs, low, high) -> np.ndarray:
+    """A tanh actor's action, mapped from [-1, 1] onto [low, high]."""
+    low, high = np.asarray(low, np.float64), np.asarray(high, np.float64)
+    return low + (forward(actor_weights, obs, "tanh") + 1.0) * 0.5 * (high - low)
+
+
+def random_weights(model, rng: np.random.Generator, scale: float = 0.5) -> list[np.ndarray]:
+    return [rng.normal(0.0, scale, w.shape).astype(np.float32) for w in model.get_weights()]
+
+
+def builder(hidden, weights: dict | None = None):
+    """A network builder as the agents take (`network(input_dim, output_dim, output_activation=...,
+    name=...)`): an mlp of `hidden` relu units; a network whose name is in `weights` gets
+    `weights[name](model)` as its weights when it is built."""
+
+    def build(input_dim, output_dim, output_activation=None, name="mlp", **kwargs):
+        model = mlp(input_dim, output_dim, hidden=hidden, output_activation=output_activation, name=name, **kwargs)
+        if weights and name in weights:
+            model.set_weights(weights[name](model))
+        return model
+
+    return build
+
+
+def tf_batch(obs, action, reward, next_obs, discount, weight) -> Batch:
+    """A Batch of tensors: float32, and int32 for integer (discrete) actions."""
+    action = np.asarray(action)
+    action = tf.constant(action, tf.int32) if np.issubdtype(action.dtype, np.integer) else tf.constant(action, tf.float32)
+    f32 = lambda x: tf.constant(np.asarray(x), tf.float32)  # noqa: E731
+    return Batch(f32(obs), action, f32(reward), f32(next_obs), f32(discount), f32(weight))
+
+
+def weights_of(*models) -> list[list[np.ndarray]]:
+    """Copies of the models' weights, now."""
+    return [[np.array(w) for w in m.get_weights()] for m in models]
