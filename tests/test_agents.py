@@ -160,7 +160,7 @@ def test_numpy_fast_act_matches_tensorflow_and_is_never_stale(cls, mode):
 @pytest.mark.parametrize("cls", AGENTS)
 @pytest.mark.parametrize("mode", ["eager", "graph", "xla"])
 def test_fused_updates_equal_the_same_updates_one_by_one(cls, mode):
-    """update_many(K stacked batches) is K calls of update in order (TD3's delay included), traced
+    """update(K stacked batches) is K updates of one batch each, in order (TD3's delay included), traced
     once for any K; the numpy acting weights follow."""
     kwargs = {"target_noise": 0.0} if (cls is TD3 and mode == "xla") else {}  # XLA's normal sampler differs
     one_by_one, fused = make(cls, mode, **kwargs), make(cls, mode, **kwargs)
