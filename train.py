@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from envs.factory import EnvConfigError
 from training.config import ConfigError, validate, warnings
-from training.plugins import missing_plugin
+from training.plugins import missing_plugin, unknown_choice
 from training.resume import resume_config
 
 
@@ -101,7 +101,7 @@ def _submitit_job() -> bool:
 
 
 if __name__ == "__main__":
-    if (problem := missing_plugin(sys.argv[1:])) is not None:
+    if (problem := missing_plugin(sys.argv[1:]) or unknown_choice(sys.argv[1:])) is not None:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
     main()
