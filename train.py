@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from envs.factory import EnvConfigError
 from training.config import ConfigError, validate, warnings
+from training.faults import write_problem
 from training.plugins import missing_plugin, unknown_choice
 from training.resume import resume_config
 
@@ -70,6 +71,12 @@ def _train(cfg: DictConfig, run_dir: str) -> float:
         elif cfg.resume is not None:
             run_dir = os.path.abspath(str(cfg.resume))
             cfg = resume_config(run_dir, list(HydraConfig.get().overrides.task))
+            if (problem := write_problem(run_dir)) is not None:
+                raise ConfigError(
+                    f"cannot write in the run directory {run_dir}: {problem}; resume continues the run in "
+                    f"its own directory. Make it writable, or copy the run to a disk you can write "
+                    f"(cp -r {run_dir} NEW_DIR) and resume the copy: python train.py resume=NEW_DIR"
+                )
             resume = True
         else:
             resume = False
