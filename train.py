@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from envs.factory import EnvConfigError
 from training.config import ConfigError, validate, warnings
-from training.faults import write_problem
+from training.faults import Diverged, write_problem
 from training.plugins import missing_plugin, unknown_choice
 from training.resume import resume_config
 
@@ -90,6 +90,11 @@ def _train(cfg: DictConfig, run_dir: str) -> float:
     except (ConfigError, EnvConfigError, CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    except Diverged as err:
+        print(f"error: {err}. {_diverged_fix(cfg, run_dir)}", file=sys.stderr, flush=True)
+        if HydraConfig.get().mode.name == "MULTIRUN":
+            return float("nan")  # a sweep's trial that failed, as a diverged run has always returned; the sweep goes on
+        sys.exit(3)
     if summary["stopped"]:
         name = signal.Signals(summary["signal"]).name
         print(f"stopped by {name} at step {summary['steps']}; checkpoint written. Continue with:\n"
@@ -100,6 +105,22 @@ def _train(cfg: DictConfig, run_dir: str) -> float:
         f"best {summary['best_return']:.2f}, {summary['steps_per_second']:.0f} steps/s; run dir {run_dir}"
     )
     return summary["final_return"]
+
+
+def _diverged_fix(cfg: DictConfig, run_dir: str) -> str:
+    """What to do about a run that diverged: the checkpoints it kept, and the settings to change."""
+    from training.checkpoints import list_checkpoints
+
+    kept = [f"step_{step:010d}" for step in list_checkpoints(run_dir)]
+    if os.path.exists(os.path.join(run_dir, "checkpoints", "best", "meta.json")):
+        kept.append("best")
+    kept = (f"The run stopped there; the checkpoints it wrote before ({', '.join(kept)} in {run_dir}/checkpoints) "
+            f"are kept, and none holds the diverged weights." if kept else "The run stopped there, before it wrote a checkpoint.")
+    rates = " ".join(f"agent.{k}={v:g}" if isinstance(v, float) else f"agent.{k}={v}"
+                     for k, v in cfg.agent.items() if str(k).endswith("lr"))
+    return (f"{kept} Start a new run with lower learning rates (this one had {rates or 'the defaults'}), "
+            f"or check the scale of the env's rewards and observations: large or unnormalised ones blow up "
+            f"the updates (scale them with a wrapper).")
 
 
 def _submitit_job() -> bool:

@@ -1,7 +1,11 @@
-"""Faults of a run and of its machine, through the real train.py: an output or resume directory
-that cannot be written. Each ends in one `error:` paragraph that names the fix, no traceback, and
-exit 2. The read-only disk is a real one: a small tmpfs mounted for the test (root in this
-project's sandbox and CI; skipped with the reason where mounting is refused)."""
+"""Faults of a run and of its machine, through the real train.py: a run whose losses become NaN,
+and an output or resume directory that cannot be written. Each ends in one `error:` paragraph
+that names the fix, no traceback, and a documented exit code (2 bad input, 3 diverged); a
+diverged run keeps every checkpoint written before it. The read-only disk is a real one: a small
+tmpfs mounted for the test (root in this project's sandbox and CI; skipped with the reason where
+mounting is refused)."""
+import json
+import math
 import os
 import subprocess
 import sys
@@ -9,6 +13,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DIVERGING = ["agent.critic_lr=1e12", "agent.actor_lr=1e12"]
 SMALL = ["env=pendulum", "network.hidden=[32,32]", "batch_size=64", "eval_episodes=1", "progress=false"]
 
 
@@ -84,3 +89,52 @@ def test_a_read_only_disk_is_refused_and_resume_of_a_run_on_it_too(tmpfs):
     proc = train(f"hydra.run.dir={disk}/new_run", *SMALL)
     assert proc.returncode == 2
     assert "it cannot be created in" in error_paragraph(proc) and "(Read-only file system)" in proc.stderr
+
+
+# --- divergence ------------------------------------------------------------------------------------
+def test_a_run_whose_losses_become_nan_stops_there_and_keeps_its_earlier_checkpoints(tmp_path):
+    from training.checkpoints import verify
+
+    run_dir = tmp_path / "run"
+    proc = train(f"hydra.run.dir={run_dir}", *SMALL, *DIVERGING, "total_steps=3000", "learning_starts=300",
+                 "log_every=300", "checkpoint_every=300", "eval_every=3000")
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    msg = error_paragraph(proc)
+    # the first record with updates (step 600) is the first to see the NaN losses
+    assert msg.startswith("error: training diverged: at step 600 the update metrics are NaN or infinite (critic_loss=nan")
+    assert "agent.actor_lr=1e+12 agent.critic_lr=1e+12" in msg and "lower learning rates" in msg
+    assert "scale of the env's rewards and observations" in msg
+    assert "step_0000000300, best" in msg and "none holds the diverged weights" in msg
+    assert "done:" not in proc.stdout
+    # the checkpoint before it is kept and whole; none was written of the diverged weights
+    ckpts = run_dir / "checkpoints"
+    assert sorted(os.listdir(ckpts)) == ["best", "step_0000000300"]
+    verify(str(ckpts / "step_0000000300"))
+    # the NaN record is logged, and summary.json says where it diverged (aggregate.py counts it so)
+    last = (run_dir / "update.csv").read_text().splitlines()[-1].split(",")
+    assert last[0] == "600" and "nan" in last
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["diverged_at"] == 600 and summary["steps"] == 600 and math.isnan(summary["final_return"])
+
+
+def test_diverged_weights_are_never_checkpointed_even_between_log_records(tmp_path):
+    # no update record before the end (log_every > total_steps): the final checkpoint's own check
+    # of the weights finds them NaN and writes nothing
+    run_dir = tmp_path / "run"
+    proc = train(f"hydra.run.dir={run_dir}", *SMALL, *DIVERGING, "total_steps=600", "learning_starts=300",
+                 "log_every=5000", "checkpoint_every=0", "save_best=false", "eval_every=5000")
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    msg = error_paragraph(proc)
+    assert msg.startswith("error: training diverged: at step 600 the agent's weights or optimizer state are NaN or infinite (")
+    assert "before it wrote a checkpoint" in msg
+    assert not os.path.exists(run_dir / "checkpoints") or not os.listdir(run_dir / "checkpoints")
+
+
+def test_a_diverged_job_of_a_sweep_does_not_end_the_sweep(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = train("-m", f"hydra.sweep.dir={sweep}", *SMALL, "agent.critic_lr=1e12,3e-4",
+                 "total_steps=600", "learning_starts=300", "log_every=300", "eval_every=600")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "error: training diverged: at step 600" in proc.stderr
+    summaries = [json.loads((sweep / job / "summary.json").read_text()) for job in ("0", "1")]
+    assert summaries[0]["diverged_at"] == 600 and summaries[1]["steps"] == 600

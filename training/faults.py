@@ -1,9 +1,33 @@
-"""Faults that end a run, each with a message that names the fix: a run directory that cannot be
-written."""
+"""Faults that end a run, each with a message that names the fix: an agent whose losses or
+weights became NaN or infinite (`Diverged`), and a run directory that cannot be written."""
 from __future__ import annotations
 
 import os
 import tempfile
+from typing import Any, Mapping
+
+import numpy as np
+
+
+class Diverged(RuntimeError):
+    """Losses or weights of the agent that are NaN or infinite: training cannot recover from it."""
+
+    def __init__(self, step: int, bad: dict[str, str], what: str):
+        self.step, self.bad, self.what = step, bad, what
+        shown = ", ".join(f"{k}{v}" for k, v in list(bad.items())[:4]) + (f" and {len(bad) - 4} more" if len(bad) > 4 else "")
+        super().__init__(f"training diverged: at step {step} the {what} are NaN or infinite ({shown})")
+
+
+def check_finite(values: Mapping[str, Any] | None, step: int, what: str = "update metrics") -> None:
+    """Raise Diverged if a value of `values` (floats, arrays or tensors) holds a NaN or an inf.
+    Values that are not floating point (counters) are not looked at."""
+    bad = {}
+    for name, value in (values or {}).items():
+        a = np.asarray(value)
+        if a.dtype.kind in "fc" and not np.isfinite(a).all():
+            bad[name] = f"={a.item()}" if a.ndim == 0 else f" ({a.size - int(np.isfinite(a).sum())} of {a.size} values)"
+    if bad:
+        raise Diverged(step, bad, what)
 
 
 def write_problem(path: str) -> str | None:
