@@ -4,6 +4,12 @@
     python train.py agent=td3 env=ant                # the reference TD3 setting on Ant-v5
     python train.py agent=ddpg env=halfcheetah network.hidden=[400,300] seed=3
     python train.py resume=outputs/2026-11-21/12-00-00 [total_steps=...]
+
+Exit codes: 0 done; 2 bad input (a setting, a config choice, a run directory that cannot be
+written), printed as one `error:` paragraph before anything trains; 3 the training diverged (a
+loss or weight became NaN or infinite; the checkpoints before it are kept); 4 a write failed (a
+full disk: the partial checkpoint is removed, and the message names the last whole one);
+128+N stopped by signal N (a checkpoint was written; resume continues).
 """
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from envs.factory import EnvConfigError
 from training.config import ConfigError, validate, warnings
-from training.faults import Diverged, write_problem
+from training.faults import WRITE_FAULTS, Diverged, write_failure, write_problem
 from training.plugins import missing_plugin, unknown_choice
 from training.resume import resume_config
 
@@ -61,7 +67,7 @@ def _remove_if_empty(path: str) -> None:
 
 
 def _train(cfg: DictConfig, run_dir: str) -> float:
-    from training.checkpoints import CheckpointError, list_checkpoints
+    from training.checkpoints import CheckpointError, CheckpointWriteError, list_checkpoints
 
     try:
         if cfg.resume == "auto" or (cfg.resume is None and _submitit_job()):
@@ -95,6 +101,14 @@ def _train(cfg: DictConfig, run_dir: str) -> float:
         if HydraConfig.get().mode.name == "MULTIRUN":
             return float("nan")  # a sweep's trial that failed, as a diverged run has always returned; the sweep goes on
         sys.exit(3)
+    except CheckpointWriteError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(4)
+    except OSError as err:
+        if err.errno not in WRITE_FAULTS:
+            raise
+        print(f"error: {write_failure(err, run_dir)}", file=sys.stderr)
+        sys.exit(4)
     if summary["stopped"]:
         name = signal.Signals(summary["signal"]).name
         print(f"stopped by {name} at step {summary['steps']}; checkpoint written. Continue with:\n"

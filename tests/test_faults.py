@@ -1,20 +1,22 @@
 """Faults of a run and of its machine, through the real train.py: a run whose losses become NaN,
-and an output or resume directory that cannot be written. Each ends in one `error:` paragraph
-that names the fix, no traceback, and a documented exit code (2 bad input, 3 diverged); a
-diverged run keeps every checkpoint written before it. The read-only disk is a real one: a small
-tmpfs mounted for the test (root in this project's sandbox and CI; skipped with the reason where
-mounting is refused)."""
+an output or resume directory that cannot be written, and a disk that fills up while a checkpoint
+(its networks or its replay buffer) is written. Each ends in one `error:` paragraph that names the
+fix, no traceback, a documented exit code (2 bad input, 3 diverged, 4 a write failed), and keeps
+every checkpoint written before it. The full disk is a real one: a small tmpfs mounted for the test
+(root in this project's sandbox and CI; skipped with the reason where mounting is refused)."""
+import glob
 import json
 import math
 import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DIVERGING = ["agent.critic_lr=1e12", "agent.actor_lr=1e12"]
 SMALL = ["env=pendulum", "network.hidden=[32,32]", "batch_size=64", "eval_episodes=1", "progress=false"]
+DIVERGING = ["agent.critic_lr=1e12", "agent.actor_lr=1e12"]
 
 
 def train(*args, timeout=600):
@@ -138,3 +140,67 @@ def test_a_diverged_job_of_a_sweep_does_not_end_the_sweep(tmp_path):
     assert "error: training diverged: at step 600" in proc.stderr
     summaries = [json.loads((sweep / job / "summary.json").read_text()) for job in ("0", "1")]
     assert summaries[0]["diverged_at"] == 600 and summaries[1]["steps"] == 600
+
+
+# --- a full disk -------------------------------------------------------------------------------------
+def test_a_full_disk_at_the_first_checkpoint_removes_the_partial_one(tmpfs):
+    # TD3 on Ant: its networks, targets and Adam moments (4.5 MB) do not fit on 4 MB; the first
+    # checkpoint written is the best one, after the evaluation at step 0
+    disk = tmpfs("4m")
+    run_dir = disk / "run"
+    proc = train(f"hydra.run.dir={run_dir}", "agent=td3", "env=ant", "checkpoint_every=500", "total_steps=1000",
+                 "learning_starts=900", "eval_every=1000", "eval_episodes=1", "progress=false")
+    assert proc.returncode == 4, proc.stderr[-3000:]
+    msg = error_paragraph(proc)
+    assert msg.startswith("error: could not write the checkpoint checkpoints/best: the disk is full (No space left on device")
+    assert "the partial checkpoints/best.tmp was removed" in msg and f"df -h {run_dir}" in msg
+    assert "no whole checkpoint yet, so there is nothing to resume" in msg
+    assert os.listdir(run_dir / "checkpoints") == []
+    assert os.statvfs(disk).f_bfree * os.statvfs(disk).f_frsize > 3 << 20  # the space is free again
+
+
+def test_a_full_disk_while_writing_the_replay_buffer_keeps_the_last_whole_checkpoint_to_resume(tmpfs):
+    # TD3 on Ant with 64-unit networks (agent 0.55 MB, state 0.7 MB, buffer 0.43 MB per 500 steps)
+    # on 4 MB: best and step 500 fit, step 1000's buffer.npz does not
+    disk = tmpfs("4m")
+    run_dir = disk / "run"
+    proc = train(f"hydra.run.dir={run_dir}", "agent=td3", "env=ant", "network.hidden=[64,64]", "checkpoint_every=500",
+                 "total_steps=2000", "learning_starts=1500", "eval_every=1000", "eval_episodes=1", "progress=false")
+    assert proc.returncode == 4, proc.stderr[-3000:]
+    msg = error_paragraph(proc)
+    assert msg.startswith("error: could not write the checkpoint checkpoints/step_0000001000: the disk is full "
+                          f"(No space left on device: {run_dir}/checkpoints/step_0000001000.tmp/buffer.npz)")
+    assert "the partial checkpoints/step_0000001000.tmp was removed" in msg
+    assert msg.endswith(f"Its last whole checkpoint is checkpoints/step_0000000500 (step 500); continue from it "
+                        f"with: python train.py resume={run_dir}")
+    assert sorted(os.listdir(run_dir / "checkpoints")) == ["best", "step_0000000500"]
+    assert not (run_dir / "summary.json").exists()
+
+    # the command it names works once there is space
+    remount(disk, "size=64m")
+    proc = train(f"resume={run_dir}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "resumed" in proc.stdout and "from step_0000000500 at step 500" in proc.stdout and "done: 2000 steps" in proc.stdout
+
+
+def test_a_full_disk_while_replacing_the_best_checkpoint_costs_no_other(tmpfs):
+    import tensorflow as tf
+
+    from training.checkpoints import Checkpointer, CheckpointWriteError, list_checkpoints, verify
+
+    disk = tmpfs("2m")
+    run_dir = str(disk / "run")
+    weights = tf.Variable(np.arange(200_000, dtype=np.float32))  # 0.8 MB a checkpoint
+    ckpt = Checkpointer(run_dir, {"w": weights}, keep=2)
+    ckpt.save(100, {"loop": 1}, None)
+    ckpt.save(100, {"loop": 1}, None, best=True)
+    weights.assign(weights + 1)
+    with pytest.raises(CheckpointWriteError) as err:  # a new best needs 0.8 MB more beside the old one
+        ckpt.save(200, {"loop": 2}, None, best=True)
+    msg = str(err.value)
+    assert msg.startswith("could not write the checkpoint checkpoints/best: the disk is full (No space left on device")
+    assert "Its last whole checkpoint is checkpoints/step_0000000100 (step 100)" in msg
+    assert sorted(os.listdir(os.path.join(run_dir, "checkpoints"))) == ["best", "step_0000000100"]
+    verify(os.path.join(run_dir, "checkpoints", "best"))  # the old best is whole
+    assert list(list_checkpoints(run_dir)) == [100]
+    assert not glob.glob(os.path.join(run_dir, "checkpoints", "*.tmp"))
