@@ -4,6 +4,12 @@
     python train.py agent=td3 env=ant                # the reference TD3 setting on Ant-v5
     python train.py agent=ddpg env=halfcheetah network.hidden=[400,300] seed=3
     python train.py resume=outputs/2026-11-21/12-00-00 [total_steps=...]
+
+Exit codes: 0 done; 2 bad input (a setting, a config choice, a run directory that cannot be
+written), printed as one `error:` paragraph before anything trains; 3 the training diverged (a
+loss or weight became NaN or infinite; the checkpoints before it are kept); 4 a write failed (a
+full disk: the partial checkpoint is removed, and the message names the last whole one);
+128+N stopped by signal N (a checkpoint was written; resume continues).
 """
 from __future__ import annotations
 
@@ -25,7 +31,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from envs.factory import EnvConfigError
 from training.config import ConfigError, validate, warnings
-from training.plugins import missing_plugin
+from training.faults import WRITE_FAULTS, Diverged, write_failure, write_problem
+from training.plugins import missing_plugin, unknown_choice
 from training.resume import resume_config
 
 
@@ -60,7 +67,7 @@ def _remove_if_empty(path: str) -> None:
 
 
 def _train(cfg: DictConfig, run_dir: str) -> float:
-    from training.checkpoints import CheckpointError, list_checkpoints
+    from training.checkpoints import CheckpointError, CheckpointWriteError, list_checkpoints
 
     try:
         if cfg.resume == "auto" or (cfg.resume is None and _submitit_job()):
@@ -70,6 +77,12 @@ def _train(cfg: DictConfig, run_dir: str) -> float:
         elif cfg.resume is not None:
             run_dir = os.path.abspath(str(cfg.resume))
             cfg = resume_config(run_dir, list(HydraConfig.get().overrides.task))
+            if (problem := write_problem(run_dir)) is not None:
+                raise ConfigError(
+                    f"cannot write in the run directory {run_dir}: {problem}; resume continues the run in "
+                    f"its own directory. Make it writable, or copy the run to a disk you can write "
+                    f"(cp -r {run_dir} NEW_DIR) and resume the copy: python train.py resume=NEW_DIR"
+                )
             resume = True
         else:
             resume = False
@@ -83,6 +96,19 @@ def _train(cfg: DictConfig, run_dir: str) -> float:
     except (ConfigError, EnvConfigError, CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    except Diverged as err:
+        print(f"error: {err}. {_diverged_fix(cfg, run_dir)}", file=sys.stderr, flush=True)
+        if HydraConfig.get().mode.name == "MULTIRUN":
+            return float("nan")  # a sweep's trial that failed, as a diverged run has always returned; the sweep goes on
+        sys.exit(3)
+    except CheckpointWriteError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(4)
+    except OSError as err:
+        if err.errno not in WRITE_FAULTS:
+            raise
+        print(f"error: {write_failure(err, run_dir)}", file=sys.stderr)
+        sys.exit(4)
     if summary["stopped"]:
         name = signal.Signals(summary["signal"]).name
         print(f"stopped by {name} at step {summary['steps']}; checkpoint written. Continue with:\n"
@@ -95,13 +121,29 @@ def _train(cfg: DictConfig, run_dir: str) -> float:
     return summary["final_return"]
 
 
+def _diverged_fix(cfg: DictConfig, run_dir: str) -> str:
+    """What to do about a run that diverged: the checkpoints it kept, and the settings to change."""
+    from training.checkpoints import list_checkpoints
+
+    kept = [f"step_{step:010d}" for step in list_checkpoints(run_dir)]
+    if os.path.exists(os.path.join(run_dir, "checkpoints", "best", "meta.json")):
+        kept.append("best")
+    kept = (f"The run stopped there; the checkpoints it wrote before ({', '.join(kept)} in {run_dir}/checkpoints) "
+            f"are kept, and none holds the diverged weights." if kept else "The run stopped there, before it wrote a checkpoint.")
+    rates = " ".join(f"agent.{k}={v:g}" if isinstance(v, float) else f"agent.{k}={v}"
+                     for k, v in cfg.agent.items() if str(k).endswith("lr"))
+    return (f"{kept} Start a new run with lower learning rates (this one had {rates or 'the defaults'}), "
+            f"or check the scale of the env's rewards and observations: large or unnormalised ones blow up "
+            f"the updates (scale them with a wrapper).")
+
+
 def _submitit_job() -> bool:
     """A job of the submitit launchers: when SLURM requeues it, it finds its own checkpoints."""
     return bool(os.environ.get("SUBMITIT_EXECUTOR")) and HydraConfig.get().mode.name == "MULTIRUN"
 
 
 if __name__ == "__main__":
-    if (problem := missing_plugin(sys.argv[1:])) is not None:
+    if (problem := missing_plugin(sys.argv[1:]) or unknown_choice(sys.argv[1:])) is not None:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
     main()

@@ -304,6 +304,24 @@ def test_diverged_runs_are_counted_and_left_out_of_the_statistics(tmp_path):
     assert "ddpg/hopper: all 2 run(s) diverged" in report.markdown and "at step 1000" in report.markdown
 
 
+def test_a_run_stopped_on_a_non_finite_loss_counts_as_diverged(tmp_path):
+    # train.py stops a run at its first NaN loss, before an evaluation sees it: its evaluations are
+    # all finite, and its summary.json says where it diverged
+    root = str(tmp_path / "sweep")
+    for seed in (0, 1):
+        make_run(os.path.join(root, f"td3_{seed}"), "td3", "hopper", seed, (0.0, 100.0, 300.0))
+    make_run(os.path.join(root, "td3_2"), "td3", "hopper", 2, (0.0, 900.0))
+    path = os.path.join(root, "td3_2", "summary.json")
+    with open(path) as f:
+        summary = json.load(f)
+    with open(path, "w") as f:
+        json.dump({**summary, "steps": 1500, "diverged_at": 1500, "final_return": float("nan")}, f)
+    report = aggregate([root], reps=200)
+    assert [(r["agent"], r["n_runs"], r["n_diverged"]) for r in report.rows] == [("td3", 2, 1)]
+    assert report.rows[0]["mean"] == pytest.approx(300.0)  # not the diverged run's last finite evaluation
+    assert "seed=2 (sweep/td3_2) at step 1500" in report.markdown
+
+
 def test_a_summary_older_than_the_last_evaluation_is_incomplete(tmp_path):
     root = str(tmp_path / "sweep")
     make_run(os.path.join(root, "0"), seed=0, returns=(0.0, 10.0, 20.0))

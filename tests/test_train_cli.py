@@ -97,6 +97,8 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
         (["+agent.lr=0.001"], "agent.lr: not a setting of agents.td3.TD3, whose settings are"),
         (["speed.vectorization=threads"], "speed.vectorization must be sync or async, got 'threads'; set speed.vectorization=sync."),
         (["num_envs=0"], "num_envs must be a positive integer, got 0; set e.g. num_envs=1."),
+        (["checkpoint.every=-1"], "checkpoint_every must be a non-negative integer (0 = only at the end), got -1."),
+        (["total_steps=abc"], "total_steps must be a positive integer, got 'abc'; set e.g. total_steps=1000."),
     ],
 )
 def test_bad_input_gets_a_clear_message_and_nonzero_exit(tmp_path, overrides, message):
@@ -107,8 +109,21 @@ def test_bad_input_gets_a_clear_message_and_nonzero_exit(tmp_path, overrides, me
     assert not (tmp_path / "run").exists()  # a refused command leaves no run directory behind
 
 
-def test_unknown_group_option_names_the_choices(tmp_path):
-    proc = train(tmp_path, "agent=sac")
-    assert proc.returncode != 0
-    assert "Could not find 'agent/sac'" in proc.stderr
-    assert "td3" in proc.stderr and "ddpg" in proc.stderr
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["agent=sac"], "error: agent=sac names no config in conf/agent/; the choices are ddpg, dqn, td3."),
+        (["agent=nosuchagent"], "error: agent=nosuchagent names no config in conf/agent/; the choices are ddpg, dqn, td3."),
+        (["env=nosuchenv"], "error: env=nosuchenv names no config in conf/env/; the choices are acrobot, ant, "),
+        (["env=pendullum"], "the choices are acrobot, ant, cartpole, gridworld, halfcheetah, hopper, humanoid, "
+                            "inverted_pendulum, mountaincar, pendulum, reacher, walker2d. Did you mean env=pendulum?"),
+        (["-m", "agent=td3,dqm"], "error: agent=dqm names no config in conf/agent/; the choices are ddpg, dqn, td3. "
+                                  "Did you mean agent=dqn?"),
+    ],
+)
+def test_unknown_group_option_names_the_choices(tmp_path, overrides, message):
+    proc = train(tmp_path / "run", *overrides)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr and "Config search path" not in proc.stderr
+    assert not (tmp_path / "run").exists()

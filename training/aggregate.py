@@ -56,7 +56,8 @@ Statistics (all over runs, never over the episodes inside one evaluation):
 What is not clean is reported, never dropped silently: runs without summary.json, or with one older
 than their last evaluation (stopped, crashed, resumed or still running) count with their last
 evaluation and are listed as incomplete (with `--complete-only` they are left out and listed as
-skipped); a run whose evaluation return became NaN or infinite diverged: it has no score,
+skipped); a run whose evaluation return became NaN or infinite, or that train.py stopped on a
+NaN or infinite loss (summary.json's `diverged_at`), diverged: it has no score,
 so it is left out of the statistics and counted next to its group's runs ("+k diverged"). A CI
 needs two runs (one run gets none), and with fewer than 5 the notes say it is too narrow.
 Unreadable eval.csv rows and a last row
@@ -231,7 +232,8 @@ class Run:
     choices: dict
     overrides: dict  # key -> parsed value, as given on the command line
     problems: list[str] = field(default_factory=list)
-    diverged_at: int | None = None  # first eval step with a non-finite return (NaN, inf)
+    diverged_at: int | None = None  # first eval step with a non-finite return (NaN, inf), or the step
+    # summary.json names as where training stopped on a non-finite loss
 
     @property
     def label(self) -> str:
@@ -419,13 +421,16 @@ def load_run(path: str) -> Run | Skipped:
         steps, returns, eval_problems, diverged_at = read_eval_csv(eval_path)
     except (OSError, ValueError, csv.Error) as err:
         return Skipped(path, f"unreadable eval.csv ({err})")
+    summary = summary if isinstance(summary, dict) else None
+    if isinstance((summary or {}).get("diverged_at"), (int, float)):
+        # train.py stopped it when a loss became NaN or inf, maybe before any evaluation saw it
+        diverged_at = min(int(summary["diverged_at"]), diverged_at if diverged_at is not None else math.inf)
     if len(steps) == 0 and diverged_at is None:
         return Skipped(path, "eval.csv holds no evaluation rows")
     target = _select(cfg, "agent._target_")
     target = None if target is _MISSING else str(target)
     env_id = _select(cfg, "env.id")
     env_id = None if env_id is _MISSING else str(env_id)
-    summary = summary if isinstance(summary, dict) else None
     agent = choices.get("agent") or (summary or {}).get("agent") or (target.rsplit(".", 1)[-1].lower() if target else "unknown")
     env = env_label(choices, env_id, override_lines) if choices else None
     env = env or (summary or {}).get("env") or env_id or "unknown"

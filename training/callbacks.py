@@ -43,6 +43,37 @@ class CheckSearchSpace(Callback):
             raise SystemExit(2)
 
 
+def _launcher_is_remote(config: DictConfig) -> bool:
+    """A launcher whose jobs write on other machines (Ray on AWS): the sweep directory is theirs."""
+    return "aws" in str(OmegaConf.select(config, "hydra.launcher._target_", default="")).lower()
+
+
+class CheckRunDirWritable(Callback):
+    """Refuse a run whose output directory (hydra.run.dir; a sweep's hydra.sweep.dir) cannot be
+    created and written, before Hydra tries: Hydra's own mkdir fails with a traceback. It creates
+    the directory, as Hydra would next, and writes a test file there (root passes every permission
+    check, so only a real write tells a read-only, full or impossible directory)."""
+
+    def _check(self, key: str, path: str, default: str) -> None:
+        from training.faults import write_problem
+
+        if (problem := write_problem(path)) is not None:
+            print(
+                f"error: cannot write the run's output directory {key}={path}: {problem}. Give a directory "
+                f"that can be created and written (e.g. {key}={default.split('/')[0]}/my_run), or leave {key} "
+                f"out for the default {default} under the current directory.",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._check("hydra.run.dir", str(config.hydra.run.dir), "outputs/<date>/<time>")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if not _launcher_is_remote(config):
+            self._check("hydra.sweep.dir", str(config.hydra.sweep.dir), "multirun/<date>/<time>")
+
+
 class RefuseExistingRunDir(Callback):
     """Refuse a run whose output directory already holds a run (its `.hydra/config.yaml`), before
     Hydra writes its own config over that run's: the saved config is what resume and evaluate.py

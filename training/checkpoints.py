@@ -30,11 +30,32 @@ from typing import Any
 
 import numpy as np
 
+from training.faults import WRITE_FAULTS, write_failure
+
 STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint that is missing, incomplete, corrupt or does not fit this run."""
+
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint that could not be written for a fault of the machine (a full disk); its
+    partial directory is removed, and the message names the last whole checkpoint."""
+
+
+def _write_fault(err: BaseException, path: str) -> OSError | None:
+    """`err` as the OSError of a machine's write fault (WRITE_FAULTS), or None if it is another
+    error. TensorFlow reports a full disk as ResourceExhaustedError, with the OS's text in it."""
+    if isinstance(err, OSError):
+        if err.errno not in WRITE_FAULTS:
+            return None
+        return err if err.filename else OSError(err.errno, err.strerror, path)
+    if type(err).__module__.startswith("tensorflow"):
+        for code in sorted(WRITE_FAULTS):
+            if os.strerror(code) in str(err):
+                return OSError(code, os.strerror(code), path)
+    return None
 
 
 def _sha256(path: str) -> str:
@@ -105,24 +126,46 @@ class Checkpointer:
 
     # --- writing ------------------------------------------------------------------------
     def save(self, step: int, state: dict[str, Any], buffer_state: dict[str, np.ndarray] | None, best: bool = False) -> str:
-        os.makedirs(self.root, exist_ok=True)
+        """Write a checkpoint and return its directory. A write that fails removes its partial
+        `*.tmp` directory, which would otherwise hold the space of a full disk, and leaves the
+        checkpoints written before it as they were; a failure of the machine (a full disk, a
+        read-only or failing filesystem) is raised as CheckpointWriteError naming the last whole
+        checkpoint and how to resume from it."""
         final = os.path.join(self.root, "best" if best else f"step_{step:010d}")
-        tmp = f"{final}.tmp"
+        tmp = self._writing = f"{final}.tmp"
+        try:
+            return self._write(final, tmp, step, state, buffer_state, best)
+        except BaseException as err:
+            shutil.rmtree(tmp, ignore_errors=True)
+            fault = _write_fault(err, self._writing)
+            if fault is None:
+                raise
+            run_dir = os.path.dirname(self.root)
+            name = os.path.relpath(final, run_dir)
+            raise CheckpointWriteError(write_failure(fault, run_dir, f"the checkpoint {name}", removed=f"{name}.tmp")) from err
+
+    def _write(self, final: str, tmp: str, step: int, state: dict[str, Any], buffer_state: dict[str, np.ndarray] | None,
+               best: bool) -> str:
+        os.makedirs(self.root, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
-        self._ckpt.write(os.path.join(tmp, "agent"))
+        self._writing = os.path.join(tmp, "agent")  # the file a write fault names when the OS error does not
+        self._ckpt.write(self._writing)
         if buffer_state is not None:
-            np.savez(os.path.join(tmp, "buffer.npz"), **buffer_state)
-        with open(os.path.join(tmp, "state.pkl"), "wb") as f:
+            self._writing = os.path.join(tmp, "buffer.npz")
+            np.savez(self._writing, **buffer_state)
+        self._writing = os.path.join(tmp, "state.pkl")
+        with open(self._writing, "wb") as f:
             pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
         files = {}
         for name in sorted(os.listdir(tmp)):
-            path = os.path.join(tmp, name)
+            path = self._writing = os.path.join(tmp, name)
             with open(path, "rb+") as f:
                 os.fsync(f.fileno())
             files[name] = _sha256(path)
         meta = {"step": int(step), "time": time.time(), "files": files, **self.describe}
-        with open(os.path.join(tmp, "meta.json"), "w") as f:
+        self._writing = os.path.join(tmp, "meta.json")
+        with open(self._writing, "w") as f:
             json.dump(meta, f, indent=2)
             f.flush()
             os.fsync(f.fileno())
@@ -131,7 +174,11 @@ class Checkpointer:
             old = f"{final}.old"
             shutil.rmtree(old, ignore_errors=True)
             os.rename(final, old)
-            os.rename(tmp, final)
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                os.rename(old, final)  # keep the old one
+                raise
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(tmp, final)

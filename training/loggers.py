@@ -12,6 +12,22 @@ class Logger(Protocol):
     def close(self) -> None: ...
 
 
+def _write_rows(path: str, fields: list[str], rows: list[dict]) -> None:
+    """Replace the CSV file `path` by one of `rows`, through a temporary file renamed over it; a
+    write that fails (a full disk) removes the temporary file and leaves `path` as it was."""
+    tmp = f"{path}.tmp"
+    try:
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields, restval="")
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
 class CSVLogger:
     """One CSV per kind of record (`train.csv`, `eval.csv`, `update.csv`) in the run directory.
     A record with a column the file lacks widens the file (rare: e.g. losses appear once
@@ -36,11 +52,7 @@ class CSVLogger:
                 with open(path, newline="") as f:
                     rows = list(csv.DictReader(f))
             header = header + [k for k in fields if k not in header]
-            with open(f"{path}.tmp", "w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=header, restval="")
-                writer.writeheader()
-                writer.writerows(rows)
-            os.replace(f"{path}.tmp", path)
+            _write_rows(path, header, rows)
         f = open(path, "a", newline="")
         self._files[kind] = (f, csv.DictWriter(f, fieldnames=header, restval=""))
 
@@ -72,12 +84,7 @@ class CSVLogger:
             rows = [r for r in rows if int(r["step"]) <= max_step]
         if max_rows is not None:
             rows = rows[:max_rows]
-        tmp = f"{path}.tmp"
-        with open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=fields)
-            writer.writeheader()
-            writer.writerows(rows)
-        os.replace(tmp, path)
+        _write_rows(path, fields, rows)
 
 
 class ConsoleLogger:

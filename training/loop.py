@@ -15,6 +15,7 @@ from agents.base import Learner
 from buffers.types import Buffer
 from training.driven import GraphDriver
 from training.evaluation import evaluate
+from training.faults import check_finite
 from training.loggers import Logger
 
 
@@ -186,6 +187,7 @@ def train(
             if metrics is not None:
                 record.update({k: float(v) for k, v in metrics.items() if np.ndim(v) == 0})
             logger.log("update", st.step, record)
+            check_finite(record, st.step)  # a loss that is NaN or inf ends the run (Diverged), logged first
             t_log, step_log = now, st.step
             st.next_log += s.log_every
 
@@ -195,6 +197,7 @@ def train(
         if 0 < st.next_checkpoint <= st.step and st.step < s.total_steps:
             st.next_checkpoint += s.checkpoint_every
             st.wall_time = wall_before + time.perf_counter() - t_start
+            check_finite(metrics, st.step)
             hooks.checkpoint(st, "periodic")
 
     if not stopped:

@@ -19,6 +19,7 @@ from envs.state import dump_envs, load_envs
 from training.builder import build_run, loop_settings
 from training.checkpoints import Checkpointer, list_checkpoints, resolve_checkpoint
 from training.config import ConfigError
+from training.faults import Diverged, check_finite
 from training.loggers import ConsoleLogger, CSVLogger, MultiLogger, TensorBoardLogger, WandbLogger
 from training.loop import LoopHooks, LoopState, initial_state, train
 from training.resume import env_label, hydra_record
@@ -112,6 +113,17 @@ def speed_settings(speed: Speed) -> dict:
     }
 
 
+def agent_variables(agent) -> dict:
+    """The variables a checkpoint of `agent` holds (networks, targets, optimizer state, counters),
+    by name."""
+    found = {}
+    for key, obj in agent.trackables().items():
+        variables = [obj] if hasattr(obj, "assign") else list(getattr(obj, "variables", None) or [])
+        for v in variables:
+            found[f"{key}:{getattr(v, 'path', None) or v.name}"] = v
+    return found
+
+
 def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: Callable[[str], None] = print) -> dict:
     if not resume and list_checkpoints(run_dir):
         raise ConfigError(
@@ -170,6 +182,9 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
     def checkpoint(st: LoopState, kind: str) -> None:
         if kind == "best" and not cfg.checkpoint.best:
             return
+        # never a checkpoint of diverged weights: the loop checks the metrics it logs, and this
+        # costs one pass over the weights, small next to writing them
+        check_finite(agent_variables(learner), st.step, "agent's weights or optimizer state")
         saved = {
             "loop": st,
             "numpy_rng": parts.rng.bit_generator.state,
@@ -190,9 +205,18 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
             summary = train(learner, parts.buffer, parts.envs, parts.eval_env, settings, logger, state,
                             LoopHooks(checkpoint=checkpoint, stop_requested=stop.requested), parts.driver)
             summary["signal"] = stop.signum
-    finally:
-        logger.close()
-        parts.close()
+    except Diverged as err:
+        # what aggregate.py reads to count the run as diverged, not as an unfinished one
+        _close(logger, parts)
+        diverged = {"steps": err.step, "diverged_at": err.step, "stopped": False, "final_return": float("nan"),
+                    "run_dir": run_dir, **run_identity(cfg, run_dir), **speed}
+        with open(os.path.join(run_dir, "summary.json"), "w") as f:
+            json.dump(diverged, f, indent=2)
+        raise
+    except BaseException:
+        _close(logger, parts)  # a second error while closing (the same full disk) must not hide the first
+        raise
+    _close(logger, parts, quiet=False)
     if summary["stopped"]:  # a signal at the very end found the run finished: nothing to hand over
         stop.hand_over()
     summary["run_dir"] = run_dir
@@ -209,6 +233,16 @@ def wandb_config(cfg: DictConfig, decided: dict) -> dict:
     config = OmegaConf.to_container(cfg, resolve=True)
     config["speed"] = {**config.get("speed", {}), **decided}
     return config
+
+
+def _close(logger, parts, quiet: bool = True) -> None:
+    """Close the loggers and the envs; `quiet`: an error in doing so is dropped (another is being raised)."""
+    for close in (logger.close, parts.close):
+        try:
+            close()
+        except Exception:
+            if not quiet:
+                raise
 
 
 def _wandb_logger(cfg: DictConfig, run_dir: str, console, speed: dict) -> WandbLogger:

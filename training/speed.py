@@ -123,7 +123,7 @@ def gpu_count() -> int:
     return len(tf.config.list_physical_devices("GPU"))
 
 
-DRIVEN_STEPS = 1000  # `steps_per_call=auto` on a CPU
+DRIVEN_STEPS = 1000  # `speed.steps_per_call=auto` on a CPU
 
 
 def decide(speed: DictConfig, hidden, batch_size: int, gpus: int | None = None, cores: int | None = None) -> Speed:
