@@ -98,7 +98,7 @@ def resolve_checkpoint(run_dir: str, which: str | int = "latest") -> str:
         return path
     if not found:
         raise CheckpointError(
-            f"'{run_dir}' has no complete checkpoint. Checkpoints are written every checkpoint_every "
+            f"'{run_dir}' has no complete checkpoint. Checkpoints are written every checkpoint.every "
             f"steps, when a run is stopped by SIGTERM/SIGINT, and at its end; this run wrote none (it failed or was "
             f"killed before its first one), so there is nothing to evaluate or resume: start it again as a new run."
         )
