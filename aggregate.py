@@ -8,14 +8,16 @@ between every two groups, with rliable's methods.
     python aggregate.py multirun/... --by agent.tau --reps 50000 --seed 1
     python aggregate.py multirun/... --last 5                       # score = mean of the last 5 evaluations
 
-The methods and how incomplete runs are handled: training/aggregate.py.
+The methods and how incomplete runs are handled: analysis/ (its __init__.py).
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from training.aggregate import DEFAULT_REPS, AggregateError, aggregate
+from analysis.report import aggregate
+from analysis.runs import AggregateError
+from analysis.stats import DEFAULT_REPS
 
 
 def main(argv: list[str] | None = None) -> int:

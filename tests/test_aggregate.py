@@ -1,5 +1,6 @@
-"""aggregate.py: rliable's statistics against direct computations, and the CLI end to end on
-synthetic run dirs written in the format train.py writes (.hydra/*.yaml, eval.csv, summary.json)."""
+"""aggregate.py: analysis/'s wrappers over rliable's statistics against direct computations, and
+the CLI end to end on synthetic run dirs written in the format train.py writes (.hydra/*.yaml,
+eval.csv, summary.json)."""
 import csv
 import json
 import os
@@ -11,17 +12,18 @@ import pytest
 from omegaconf import OmegaConf
 from scipy.stats import trim_mean
 
-from training.aggregate import (
-    AggregateError,
-    _iqm_band,
-    aggregate,
+from analysis.curves import iqm_band
+from analysis.report import aggregate
+from analysis.runs import AggregateError
+from analysis.stats import (
+    interval,
     iqm,
+    mean_and_iqm,
     minmax_normalize,
     performance_profile,
     probability_of_improvement,
     probability_of_improvement_ci,
     run_score_distribution,
-    stratified_bootstrap_ci,
 )
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,14 +55,14 @@ def test_iqm_is_the_mean_below_four_runs_and_the_middle_half_above():
 
 
 def direct_bootstrap(tasks, statistic, reps, seed, alpha=0.05):
-    """The documented draws (per task in order, a reps x n index matrix), then a plain loop."""
-    rng = np.random.default_rng(seed)
-    draws = [rng.integers(0, len(t), size=(reps, len(t))) for t in tasks]
+    """rliable's draws (numpy's global generator, seeded with `seed` by the wrapper; per replicate,
+    per task in order, `np.random.choice(n_runs, n_runs)`), then a plain loop and the percentiles."""
+    rs = np.random.RandomState(seed)
     values = []
-    for r in range(reps):
+    for _ in range(reps):
         resampled = []
-        for t, d in zip(tasks, draws):
-            resampled.append([t[i] for i in d[r]])
+        for t in tasks:
+            resampled.append([t[i] for i in rs.choice(len(t), len(t))])
         values.append(statistic(resampled))
     return np.percentile(values, 100 * alpha / 2, axis=0), np.percentile(values, 100 * (1 - alpha / 2), axis=0)
 
@@ -69,7 +71,7 @@ def test_stratified_bootstrap_matches_a_direct_computation():
     g = np.random.default_rng(3)
     tasks = [g.normal(0, 1, 3), g.normal(5, 2, 5), g.normal(-1, 0.5, 4)]
     pooled_iqm = lambda s: trim_mean(np.concatenate([np.asarray(t) for t in s]), 0.25)
-    low, high = stratified_bootstrap_ci(tasks, lambda s: iqm(np.concatenate(s)), 500, np.random.default_rng(11))
+    low, high = interval(tasks, lambda *s: iqm(np.concatenate(s)), 500, 11)
     d_low, d_high = direct_bootstrap(tasks, pooled_iqm, 500, 11)
     assert low == pytest.approx(d_low, abs=1e-12) and high == pytest.approx(d_high, abs=1e-12)
     point = iqm(np.concatenate(tasks))
@@ -77,26 +79,36 @@ def test_stratified_bootstrap_matches_a_direct_computation():
 
     # one task: the plain bootstrap over its runs; a vector statistic gives elementwise intervals
     x = g.normal(10, 3, 7)
-    (m_low, i_low), (m_high, i_high) = stratified_bootstrap_ci([x], lambda s: [np.mean(s[0]), iqm(s[0])], 300,
-                                                              np.random.default_rng(5), alpha=0.1)
+    (m_low, i_low), (m_high, i_high) = interval([x], mean_and_iqm, 300, 5, confidence=0.9)
     (dm_low, di_low), (dm_high, di_high) = direct_bootstrap([x], lambda s: [np.mean(s[0]), trim_mean(s[0], 0.25)],
                                                             300, 5, alpha=0.1)
     assert (m_low, m_high, i_low, i_high) == pytest.approx((dm_low, dm_high, di_low, di_high), abs=1e-12)
     assert m_low <= np.mean(x) <= m_high and i_low <= iqm(x) <= i_high
 
 
+def test_the_bootstrap_is_seeded_and_leaves_numpys_generator_alone():
+    """rliable draws from numpy's global generator: the wrapper seeds it per interval (the same seed,
+    the same interval; another seed, another) and puts back the state it found."""
+    x = np.random.default_rng(8).normal(0, 1, 9)
+    np.random.seed(123)
+    before = np.random.get_state()[1].copy()
+    first = interval([x], mean_and_iqm, 200, [0, 7])
+    np.testing.assert_array_equal(np.random.get_state()[1], before)
+    np.testing.assert_array_equal(np.concatenate(first), np.concatenate(interval([x], mean_and_iqm, 200, [0, 7])))
+    assert not np.array_equal(np.concatenate(first), np.concatenate(interval([x], mean_and_iqm, 200, [1, 7])))
+
+
 def test_stratified_bootstrap_resamples_within_each_task():
     # task means 0 and 100: a draw mixing the tasks would move the per-task means; stratified, it cannot
     tasks = [np.zeros(4), np.full(3, 100.0)]
-    low, high = stratified_bootstrap_ci(tasks, lambda s: [np.mean(s[0]), np.mean(s[1])], 200, np.random.default_rng(0))
+    low, high = interval(tasks, lambda a, b: [np.mean(a), np.mean(b)], 200, 0)
     np.testing.assert_array_equal(low, [0.0, 100.0])
     np.testing.assert_array_equal(high, [0.0, 100.0])
 
 
 def test_identical_scores_collapse_the_interval_to_the_point():
     x = np.full(6, -1234.5)
-    (m_low, i_low), (m_high, i_high) = stratified_bootstrap_ci([x], lambda s: [np.mean(s[0]), iqm(s[0])], 200,
-                                                              np.random.default_rng(0))
+    (m_low, i_low), (m_high, i_high) = interval([x], mean_and_iqm, 200, 0)
     assert m_low == m_high == np.mean(x) and i_low == i_high == iqm(x) == -1234.5
 
 
@@ -113,7 +125,7 @@ def test_performance_profile_matches_a_direct_computation():
         return np.array(out)
 
     np.testing.assert_allclose(run_score_distribution(tasks, taus), direct(tasks))
-    point, low, high = performance_profile(tasks, taus, 300, np.random.default_rng(9))
+    point, low, high = performance_profile(tasks, taus, 300, 9)
     d_low, d_high = direct_bootstrap(tasks, direct, 300, 9)
     np.testing.assert_allclose(point, direct(tasks))
     np.testing.assert_allclose(low, d_low, atol=1e-12)
@@ -127,14 +139,27 @@ def test_performance_profile_matches_a_direct_computation():
 
 def test_one_run_per_task_or_per_curve_has_no_band():
     """Resampling a single run gives a band of zero width, which would read as certainty."""
-    point, low, high = performance_profile([[0.2], [0.7]], np.linspace(0, 1, 5), 100, np.random.default_rng(0))
+    point, low, high = performance_profile([[0.2], [0.7]], np.linspace(0, 1, 5), 100, 0)
     np.testing.assert_allclose(point, [1.0, 0.5, 0.5, 0.0, 0.0])
     assert np.isnan(low).all() and np.isnan(high).all()
-    point, low, high = _iqm_band(np.array([[1.0, 2.0, 3.0]]), 100, np.random.default_rng(0))
+    point, low, high = iqm_band(np.array([[1.0, 2.0, 3.0]]), 100, 0)
     np.testing.assert_array_equal(point, [1.0, 2.0, 3.0])
     assert np.isnan(low).all() and np.isnan(high).all()
-    _, low, high = _iqm_band(np.array([[1.0, 2.0], [3.0, 5.0]]), 100, np.random.default_rng(0))
+    _, low, high = iqm_band(np.array([[1.0, 2.0], [3.0, 5.0]]), 100, 0)
     assert np.all(low < high)  # two runs: a band
+
+
+def test_curve_band_matches_a_direct_computation():
+    """A learning curve's band: the IQM over runs at each eval step, the runs drawn at each step apart
+    (rliable's draws for a runs x steps array: `np.random.choice(n_runs, (n_runs, n_steps))`)."""
+    m = np.random.default_rng(6).normal(0, 1, (6, 4))
+    point, low, high = iqm_band(m, 300, 2)
+    rs = np.random.RandomState(2)
+    values = [trim_mean(m[rs.choice(6, (6, 4)), np.arange(4)], 0.25, axis=0) for _ in range(300)]
+    np.testing.assert_array_equal(point, trim_mean(m, 0.25, axis=0))
+    np.testing.assert_allclose(low, np.percentile(values, 2.5, axis=0), atol=1e-12)
+    np.testing.assert_allclose(high, np.percentile(values, 97.5, axis=0), atol=1e-12)
+    assert np.all(low <= point) and np.all(point <= high)
 
 
 def test_probability_of_improvement_against_a_direct_count():
@@ -153,11 +178,11 @@ def test_probability_of_improvement_against_a_direct_count():
         xs, ys = tasks[:2], tasks[2:]
         return np.mean([np.mean([1.0 if a > b else 0.5 if a == b else 0.0 for a in xt for b in yt]) for xt, yt in zip(xs, ys)])
 
-    p, low, high = probability_of_improvement_ci(x, y, 300, np.random.default_rng(3))
+    p, low, high = probability_of_improvement_ci(x, y, 300, 3)
     d_low, d_high = direct_bootstrap([*x, *y], direct, 300, 3)  # X's and Y's runs: strata of their own
     assert p == pytest.approx(direct([*x, *y]))
     assert low == pytest.approx(d_low) and high == pytest.approx(d_high) and low <= p <= high
-    p, low, high = probability_of_improvement_ci([[1.0], [2.0]], [[0.0], [2.0]], 100, np.random.default_rng(0))
+    p, low, high = probability_of_improvement_ci([[1.0], [2.0]], [[0.0], [2.0]], 100, 0)
     assert p == pytest.approx(0.75) and np.isnan(low) and np.isnan(high)  # one run of each per task: no interval
 
 
@@ -443,6 +468,7 @@ def test_bad_input(tmp_path):
     make_sweep(str(tmp_path / "c"), agents=("td3",), envs=("hopper",), env_id="Hopper-v4")
     assert_usage_error(cli(tmp_path / "a", tmp_path / "c"), "env ids", "Hopper-v4", "Hopper-v5")
     assert_usage_error(cli(tmp_path / "a", "--by", "agent.nonexistent"), "--by agent.nonexistent", "no run has this key")
+    assert_usage_error(cli(tmp_path / "a", "--seed", -1), "--seed -1", "from 0 to 2**32 - 1")
     # the mixed sweeps aggregate once split by the class
     proc = cli(tmp_path / "a", tmp_path / "b", "--by", "agent._target_", "--reps", 50)
     assert proc.returncode == 0, proc.stderr
@@ -515,3 +541,14 @@ def test_last_k_scores_each_run_by_the_mean_of_its_last_k_evaluations(tmp_path):
         in report.markdown
 
     assert_usage_error(cli(root, "--last", 0), "--last 0", "at least 1")
+
+
+def test_aggregation_never_imports_tensorflow(tmp_path):
+    """aggregate.py reads run dirs and computes statistics: TensorFlow's import (seconds, and GPU
+    probing) has no place in it."""
+    root = str(tmp_path / "sweep")
+    make_sweep(root, agents=("td3",), envs=("hopper",), seeds=(0, 1))
+    code = ("import sys, aggregate; assert aggregate.main([sys.argv[1], '--reps', '20']) == 0; "
+            "assert 'tensorflow' not in sys.modules, 'aggregate.py imported TensorFlow'")
+    proc = subprocess.run([sys.executable, "-c", code, root], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

@@ -1,0 +1,88 @@
+"""Learning curves: the IQM over a group's runs of the eval return at each eval step, with its
+bootstrap band; solid where all runs have the step, dashed past it over the runs that went on."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from analysis.runs import Run, steps_text
+from analysis.stats import interval, iqm
+
+MIN_CURVE_RUNS = 2  # the dashed part of a learning curve needs at least this many runs at a step
+
+
+@dataclass
+class Curve:
+    steps: np.ndarray  # the eval steps all runs have: the solid curve
+    point: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    n_runs: int
+    # beyond the last common step, over the runs that went on (dashed); n = runs at each step
+    more_steps: np.ndarray
+    more_point: np.ndarray
+    more_low: np.ndarray
+    more_high: np.ndarray
+    more_n: np.ndarray
+    note: str | None
+
+
+def iqm_band(matrix: np.ndarray, reps: int, seed):
+    """IQM over the runs (rows) at each step (column) and its bootstrap band, the runs resampled at
+    each step apart, as rliable does (a step's band is drawn from the same distribution as with
+    whole runs resampled).
+    One run has no band (NaN, not drawn): resampling it would give a band of zero width."""
+    point = iqm(matrix, axis=0)
+    if len(matrix) < 2:
+        return point, np.full(matrix.shape[1], np.nan), np.full(matrix.shape[1], np.nan)
+    low, high = interval([matrix], lambda m: iqm(m, axis=0), reps, seed)
+    return point, low, high
+
+
+def _values_at(run: Run, steps) -> np.ndarray:
+    return run.returns[np.searchsorted(run.steps, steps)]
+
+
+def learning_curve(runs: list[Run], reps: int, seed: list[int]) -> Curve | None:
+    """The IQM over runs of the eval return with its bootstrap band: solid over the eval steps all
+    runs have; past the last of them, dashed over the runs that went on, in segments of steps with
+    the same runs, where at least MIN_CURVE_RUNS remain. None when the runs share no eval step.
+    `seed` seeds the solid part's band; a dashed segment's adds its first step."""
+    have = [set(r.steps.tolist()) for r in runs]
+    steps = np.array(sorted(set.intersection(*have)), dtype=np.int64)
+    if len(steps) == 0:
+        return None
+    point, low, high = iqm_band(np.stack([_values_at(r, steps) for r in runs]), reps, seed)
+
+    segments: list[tuple[tuple[int, ...], list[int]]] = []  # (indices of the runs, steps)
+    dropped = []
+    for step in sorted(set.union(*have) - set(steps.tolist())):
+        if step < steps[-1]:
+            continue
+        members = tuple(i for i, h in enumerate(have) if step in h)
+        if len(members) < MIN_CURVE_RUNS:
+            dropped.append(step)
+        elif segments and segments[-1][0] == members:
+            segments[-1][1].append(step)
+        else:
+            segments.append((members, [step]))
+    more = [[], [], [], [], []]
+    for members, seg_steps in segments:
+        p, lo, hi = iqm_band(np.stack([_values_at(runs[i], seg_steps) for i in members]), reps,
+                             [*seed, int(seg_steps[0]) & 0xFFFFFFFF])
+        for acc, values in zip(more, (seg_steps, p, lo, hi, [len(members)] * len(seg_steps))):
+            acc.extend(values)
+
+    notes = []
+    gaps = sorted(s for s in set.union(*have) - set(steps.tolist()) if s < steps[-1])
+    if gaps:
+        notes.append(f"the runs' eval steps differ: steps {steps_text(gaps)} are not drawn (not all runs have them)")
+    if segments or dropped:
+        notes.append(f"learning curve solid to step {steps[-1]}, the last evaluation all {len(runs)} runs have")
+    if segments:
+        parts = ", ".join(f"{len(m)} runs to step {st[-1]}" for m, st in segments)
+        notes.append(f"dashed beyond it over the runs that went on ({parts})")
+    if dropped:
+        notes.append(f"eval steps {steps_text(dropped)} have fewer than {MIN_CURVE_RUNS} runs and are not drawn")
+    return Curve(steps, point, low, high, len(runs), *(np.asarray(a) for a in more), "; ".join(notes) or None)
