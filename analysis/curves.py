@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.runs import Run, steps_text
+from analysis.runs import RunRecord, steps_text
 from analysis.stats import interval, iqm
 
 MIN_CURVE_RUNS = 2  # the dashed part of a learning curve needs at least this many runs at a step
@@ -40,11 +40,11 @@ def iqm_band(matrix: np.ndarray, reps: int, seed):
     return point, low, high
 
 
-def _values_at(run: Run, steps) -> np.ndarray:
+def _values_at(run: RunRecord, steps) -> np.ndarray:
     return run.returns[np.searchsorted(run.steps, steps)]
 
 
-def learning_curve(runs: list[Run], reps: int, seed: list[int]) -> Curve | None:
+def learning_curve(runs: list[RunRecord], reps: int, seed: list[int]) -> Curve | None:
     """The IQM over runs of the eval return with its bootstrap band: solid over the eval steps all
     runs have; past the last of them, dashed over the runs that went on, in segments of steps with
     the same runs, where at least MIN_CURVE_RUNS remain. None when the runs share no eval step.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Sequence
 
-from analysis.runs import (MISSING, UNSET, AggregateError, ByKey, Run, by_value, config_value, format_value,
+from analysis.runs import (MISSING, UNSET, AggregateError, ByKey, RunRecord, by_value, config_value, format_value,
                            natural_key, short_path, value_order)
 
 MIN_CI_RUNS = 5  # below this many runs per task, a percentile bootstrap CI is noted as too narrow
@@ -20,12 +20,12 @@ def group_name(agent: str, env: str | None, by: Sequence[str], values: Sequence[
     return f"{name} ({extra})" if extra else name
 
 
-def group_key(run: Run, by: Sequence[ByKey]) -> tuple:
+def group_key(run: RunRecord, by: Sequence[ByKey]) -> tuple:
     """(agent, env, *by values as text): the group a run belongs to."""
     return (run.agent, run.env, *[format_value(by_value(run, k)) for k in by])
 
 
-def group_runs(runs: list[Run], by: Sequence[ByKey]) -> dict[tuple, list[Run]]:
+def group_runs(runs: list[RunRecord], by: Sequence[ByKey]) -> dict[tuple, list[RunRecord]]:
     """{(agent, env, *by values): runs}, sorted; raises on an unknown --by key and on a group
     that mixes agent classes or env ids under one name."""
     for key in by:
@@ -35,7 +35,7 @@ def group_runs(runs: list[Run], by: Sequence[ByKey]) -> dict[tuple, list[Run]]:
                 f"--by {key}: no run has this key: it is not a config group choice in .hydra/hydra.yaml, "
                 f"not in any run's overrides and not in .hydra/config.yaml. Config groups of these runs: "
                 f"{', '.join(groups) or 'none'}; config keys are dotted paths such as agent.tau or batch_size.")
-    groups: dict[tuple, list[Run]] = {}
+    groups: dict[tuple, list[RunRecord]] = {}
     for run in runs:
         groups.setdefault(group_key(run, by), []).append(run)
     for key, members in groups.items():
@@ -71,7 +71,7 @@ def _neutral(key: str) -> bool:
     return any(key == k or key.startswith(k + ".") for k in _NEUTRAL_OVERRIDES)
 
 
-def group_notes(runs: list[Run], by: Sequence[ByKey], last: int = 1) -> list[str]:
+def group_notes(runs: list[RunRecord], by: Sequence[ByKey], last: int = 1) -> list[str]:
     """What a reader of the group's numbers must know: incomplete runs, unequal lengths, runs
     that differ in more than the seed, repeated seeds, runs with fewer evaluations than the score
     averages, unreadable eval rows, unset --by keys."""

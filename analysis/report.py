@@ -12,7 +12,7 @@ import numpy as np
 from analysis.curves import MIN_CURVE_RUNS, learning_curve
 from analysis.groups import group_key, group_name, group_notes, group_runs
 from analysis.plots import plot_curves, plot_profile
-from analysis.runs import AggregateError, Run, by_keys, load_runs, natural_key, value_order
+from analysis.runs import AggregateError, RunRecord, by_keys, load_runs, natural_key, value_order
 from analysis.stats import (CONFIDENCE, DEFAULT_REPS, TAUS, aggregate_iqm, aggregate_mean, interval, mean_and_iqm,
                             minmax_normalize, performance_profile, probability_of_improvement_ci, seed_for)
 from analysis.tables import (ci_text, num, render_markdown, summarize_group, write_csv,
@@ -45,7 +45,7 @@ def _check_arguments(paths: Sequence[str], reps: int, seed: int, last: int) -> N
                              f"least 1 (1, the default, scores each run by its final evaluation).")
 
 
-def _draw_curves(out_dir: str, groups: dict[tuple, list[Run]], envs: list[str], by: Sequence[str], color: dict,
+def _draw_curves(out_dir: str, groups: dict[tuple, list[RunRecord]], envs: list[str], by: Sequence[str], color: dict,
                  notes: dict[tuple, list[str]], reps: int, seed: int) -> list[str]:
     """curves_<env>.png for every env; notes where a group's curve turns dashed or has none."""
     plots = []
@@ -68,7 +68,7 @@ def _draw_curves(out_dir: str, groups: dict[tuple, list[Run]], envs: list[str], 
     return plots
 
 
-def _score_bounds(groups: dict[tuple, list[Run]], envs: list[str], last: int,
+def _score_bounds(groups: dict[tuple, list[RunRecord]], envs: list[str], last: int,
                   global_notes: list[str]) -> dict[str, tuple[float, float]]:
     """(min, max) of the scores of each env's runs, for min-max normalization; an env where every
     run has the same score has none (and a note)."""
@@ -84,7 +84,7 @@ def _score_bounds(groups: dict[tuple, list[Run]], envs: list[str], last: int,
     return bounds
 
 
-def _across_envs(groups: dict[tuple, list[Run]], diverged_by_group: dict[tuple, list[Run]], profile_keys: list[tuple],
+def _across_envs(groups: dict[tuple, list[RunRecord]], diverged_by_group: dict[tuple, list[RunRecord]], profile_keys: list[tuple],
                  envs: list[str], bounds: dict, by: Sequence[str], color: dict, last: int, reps: int, seed: int,
                  global_notes: list[str]) -> tuple[list[list[str]], list[tuple]]:
     """The rows of the across-env table and the performance profiles, on min-max normalized scores."""
@@ -117,7 +117,7 @@ def _across_envs(groups: dict[tuple, list[Run]], diverged_by_group: dict[tuple, 
     return across, profiles
 
 
-def _improvement(groups: dict[tuple, list[Run]], profile_keys: list[tuple], envs: list[str], by: Sequence[str],
+def _improvement(groups: dict[tuple, list[RunRecord]], profile_keys: list[tuple], envs: list[str], by: Sequence[str],
                  last: int, reps: int, seed: int, global_notes: list[str]) -> list[dict]:
     """P(X > Y) for every pair of groups, on the envs both have (raw scores)."""
     improvement = []
@@ -149,7 +149,7 @@ def aggregate(paths: Sequence[str], by: Sequence[str] = (), out: str | None = No
     by = by_keys(by)
     runs, diverged, skipped, repeated = load_runs(paths, complete_only)
     groups = group_runs(runs, by)
-    diverged_by_group: dict[tuple, list[Run]] = {}
+    diverged_by_group: dict[tuple, list[RunRecord]] = {}
     for r in diverged:
         diverged_by_group.setdefault(group_key(r, by), []).append(r)
     out_dir = out or os.path.join(paths[0], "aggregate")

@@ -24,7 +24,7 @@ class AggregateError(Exception):
 
 
 @dataclass
-class Run:
+class RunRecord:
     path: str
     agent: str
     env: str
@@ -206,7 +206,7 @@ def steps_text(steps: list[int]) -> str:
     return ", ".join(map(str, steps)) if len(steps) <= 4 else f"{steps[0]} to {steps[-1]} ({len(steps)} steps)"
 
 
-def load_run(path: str) -> Run | Skipped:
+def load_run(path: str) -> RunRecord | Skipped:
     try:
         cfg = OmegaConf.load(os.path.join(path, ".hydra", "config.yaml"))
     except Exception as err:
@@ -255,11 +255,11 @@ def load_run(path: str) -> Run | Skipped:
         complete = False  # resumed after it finished (to extend it), and not finished again
         problems.append(f"summary.json is from step {summary['steps']} but eval.csv goes on to step {last_eval} "
                         f"(resumed after it finished): counted as incomplete")
-    return Run(path, str(agent), str(env), target, env_id, seed, complete, steps, returns, cfg, choices,
+    return RunRecord(path, str(agent), str(env), target, env_id, seed, complete, steps, returns, cfg, choices,
                parse_overrides(override_lines), problems + eval_problems, diverged_at)
 
 
-def load_runs(paths: Sequence[str], complete_only: bool = False) -> tuple[list[Run], list[Run], list[Skipped], list[str]]:
+def load_runs(paths: Sequence[str], complete_only: bool = False) -> tuple[list[RunRecord], list[RunRecord], list[Skipped], list[str]]:
     """The runs under `paths`, the runs that diverged (kept apart: they have no score to
     count), the run dirs skipped (with the reason) and those found twice."""
     dirs, repeated = find_run_dirs(paths)
@@ -308,7 +308,7 @@ def by_keys(by: Sequence[str]) -> list[ByKey]:
     return keys
 
 
-def config_value(run: Run, key: str):
+def config_value(run: RunRecord, key: str):
     """A run's own value of a key: its config group choice, else its override, else its config at
     the dotted key; MISSING if it has none."""
     if key in run.choices:
@@ -318,7 +318,7 @@ def config_value(run: Run, key: str):
     return _select(run.cfg, key)
 
 
-def by_value(run: Run, key: ByKey):
+def by_value(run: RunRecord, key: ByKey):
     """A run's value of a --by key: its own (`config_value`), else the key's default."""
     value = config_value(run, key)
     return key.default if value is MISSING else value

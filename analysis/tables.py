@@ -9,7 +9,7 @@ from typing import Sequence
 import numpy as np
 
 from analysis.groups import MIN_CI_RUNS, score_text
-from analysis.runs import Run
+from analysis.runs import RunRecord
 from analysis.stats import CONFIDENCE, interval, iqm, mean_and_iqm, seed_for
 
 
@@ -31,9 +31,9 @@ def md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def summarize_group(key: tuple, runs: list[Run], by: Sequence[str], reps: int, seed: int, n_diverged: int = 0,
+def summarize_group(key: tuple, runs: list[RunRecord], by: Sequence[str], reps: int, seed: int, n_diverged: int = 0,
                     last: int = 1) -> dict:
-    """The row of results.csv: the mean and IQM of the runs' scores (`Run.score(last)`) with their
+    """The row of results.csv: the mean and IQM of the runs' scores (`RunRecord.score(last)`) with their
     bootstrap CIs over the runs (NaN with one run: resampling one score gives no interval)."""
     finals = np.array([r.score(last) for r in runs])
     (m_low, i_low), (m_high, i_high) = (np.nan, np.nan), (np.nan, np.nan)
