@@ -97,7 +97,6 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
         (["+agent.lr=0.001"], "agent.lr: not a setting of agents.td3.TD3, whose settings are"),
         (["speed.vectorization=threads"], "speed.vectorization must be sync or async, got 'threads'; set speed.vectorization=sync."),
         (["num_envs=0"], "num_envs must be a positive integer, got 0; set e.g. num_envs=1."),
-        (["checkpoint.every=-1"], "checkpoint_every must be a non-negative integer (0 = only at the end), got -1."),
         (["total_steps=abc"], "total_steps must be a positive integer, got 'abc'; set e.g. total_steps=1000."),
     ],
 )
