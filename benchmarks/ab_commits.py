@@ -9,7 +9,9 @@ from), whole `train.py` processes alternating, so that the machine's drift hits 
 
 `--this` and `--other` are each side's own overrides (a config's keys can move between commits).
 Each process logs steps/s every logging interval; a run's figure is the median of its intervals
-after the first (which holds the tracing), and a side's figure the median over rounds. Each side
+after the first `--skip` (set it to cover the random steps before learning_starts and the interval
+that holds the tracing: 2 with the example's learning_starts=1000 and interval 1000), and a side's
+figure the median over rounds. Each side
 runs with its own checkout's venv (`<checkout>/.venv/bin/python`). Prints a table, writes JSON.
 """
 from __future__ import annotations
@@ -31,8 +33,8 @@ def python_of(checkout: str) -> str:
     return venv if os.path.exists(venv) else sys.executable
 
 
-def run_rate(checkout: str, overrides: list[str], eval_every: int) -> float:
-    """Median env steps/s over the logged intervals after the first of one train.py process."""
+def run_rate(checkout: str, overrides: list[str], eval_every: int, skip: int) -> float:
+    """Median env steps/s over the logged intervals after the first `skip` of one train.py process."""
     with tempfile.TemporaryDirectory() as run_dir:
         cmd = [python_of(checkout), "train.py", f"hydra.run.dir={run_dir}", f"eval_every={eval_every}",
                "eval_episodes=1", *overrides]
@@ -41,9 +43,9 @@ def run_rate(checkout: str, overrides: list[str], eval_every: int) -> float:
             sys.exit(f"error: {' '.join(cmd)} failed in {checkout}; nothing was measured:\n{proc.stderr[-3000:]}")
         with open(os.path.join(run_dir, "update.csv")) as f:
             rates = [float(r["steps_per_second"]) for r in csv.DictReader(f)]
-    if len(rates) < 3:
-        sys.exit(f"error: {len(rates)} logged intervals; raise total_steps so that at least 3 follow learning_starts.")
-    return statistics.median(rates[1:])
+    if len(rates) < skip + 2:
+        sys.exit(f"error: {len(rates)} logged intervals; raise total_steps so that at least 2 follow the {skip} skipped.")
+    return statistics.median(rates[skip:])
 
 
 def main() -> None:
@@ -53,6 +55,7 @@ def main() -> None:
     p.add_argument("--this", nargs="*", default=[], help="overrides only this checkout takes")
     p.add_argument("--other", nargs="*", default=[], help="overrides only the other checkout takes")
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--skip", type=int, default=2, help="logged intervals not counted (random steps, tracing)")
     p.add_argument("--eval-every", type=int, default=10**9, help="no evaluation but the first and the last")
     p.add_argument("--name", default="ab")
     p.add_argument("--output", default=None)
@@ -63,7 +66,7 @@ def main() -> None:
     rates: dict[str, list[float]] = {s: [] for s in sides}
     for r in range(a.rounds):
         for side, (checkout, overrides) in (sides.items() if r % 2 == 0 else reversed(sides.items())):
-            rates[side].append(run_rate(checkout, overrides, a.eval_every))
+            rates[side].append(run_rate(checkout, overrides, a.eval_every, a.skip))
             print(f"round {r + 1}: {side:5s} {rates[side][-1]:8.1f} env steps/s", flush=True)
     med = {s: statistics.median(v) for s, v in rates.items()}
     ratios = [t / o for t, o in zip(rates["this"], rates["other"])]
