@@ -1,6 +1,7 @@
 """Pure TensorFlow functions for the maths of the updates. No state, no Keras models."""
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 
@@ -85,3 +86,39 @@ def soft_update(target_vars, online_vars, tau: float) -> None:
     """Polyak averaging: target <- tau * online + (1 - tau) * target."""
     for t, o in zip(target_vars, online_vars, strict=True):
         t.assign(tau * o + (1.0 - tau) * t)
+
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # CleanRL's SAC bounds on the policy's log standard deviation
+
+
+def bounded_log_std(raw: tf.Tensor) -> tf.Tensor:
+    """The policy head's raw output squashed into [LOG_STD_MIN, LOG_STD_MAX] (CleanRL's SAC)."""
+    return LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (tf.tanh(raw) + 1.0)
+
+
+def squashed_gaussian(mean: tf.Tensor, log_std: tf.Tensor, noise: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """A reparameterised sample a = tanh(mean + std * noise) in [-1, 1] and its log density,
+    summed over the action dimensions: the Gaussian's log density of u = mean + std * noise minus
+    log |d tanh(u) / du| = log(1 - tanh(u)^2), computed as 2 * (log 2 - u - softplus(-2u)), which
+    stays finite where tanh(u) rounds to +-1 (the reference code's log(1 - a^2 + 1e-6) does not need
+    the epsilon then)."""
+    u = mean + tf.exp(log_std) * noise
+    gaussian = -0.5 * tf.square(noise) - log_std - 0.5 * tf.math.log(2.0 * np.pi)
+    log_det = 2.0 * (tf.math.log(2.0) - u - tf.nn.softplus(-2.0 * u))
+    return tf.tanh(u), tf.reduce_sum(gaussian - log_det, axis=-1)
+
+
+def soft_value(next_q: tf.Tensor, alpha: tf.Tensor, next_log_prob: tf.Tensor) -> tf.Tensor:
+    """SAC's soft value of the next state: Q'(s', a') - alpha * log pi(a'|s')."""
+    return next_q - alpha * next_log_prob
+
+
+def sac_actor_loss(alpha: tf.Tensor, log_prob: tf.Tensor, q: tf.Tensor) -> tf.Tensor:
+    """E[alpha * log pi(a|s) - min(Q1, Q2)(s, a)], a ~ pi(.|s) reparameterised."""
+    return tf.reduce_mean(alpha * log_prob - q)
+
+
+def temperature_loss(log_alpha: tf.Tensor, log_prob: tf.Tensor, target_entropy: float) -> tf.Tensor:
+    """The temperature's loss: -log_alpha * (log pi + target_entropy), the policy's log density held
+    fixed (SB3's and softlearning's form, on log alpha)."""
+    return -tf.reduce_mean(log_alpha * tf.stop_gradient(log_prob + target_entropy))

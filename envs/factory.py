@@ -43,7 +43,7 @@ def check_action_space(space: gym.Space, action_kind: str, env_id: str, agent_na
     if not ok:
         raise EnvConfigError(
             f"{agent_name} needs {need}, but {env_id} has action space {space}. "
-            f"Pick an agent for this kind of action (TD3/DDPG for continuous, DQN for discrete) "
+            f"Pick an agent for this kind of action (TD3/DDPG/SAC for continuous, DQN for discrete) "
             f"or an env that fits the agent."
         )
 

@@ -28,7 +28,7 @@ def combinations():
 
 
 def test_groups_have_the_expected_options():
-    assert {"td3", "ddpg", "dqn"} <= set(options("agent"))
+    assert {"td3", "ddpg", "dqn", "sac"} <= set(options("agent"))
     assert {"mlp", "dueling_mlp"} <= set(options("network"))
     assert {"uniform", "prioritized"} <= set(options("buffer"))
     assert {"pendulum", "inverted_pendulum", "reacher", "hopper", "halfcheetah", "walker2d", "ant", "humanoid",

@@ -11,6 +11,7 @@ from tensorflow.python.framework import kernels
 
 from agents.ddpg import DDPG
 from agents.dqn import DQN
+from agents.sac import SAC
 from agents.td3 import TD3
 from helpers import compiled
 from networks.mlp import dueling_mlp, mlp
@@ -39,6 +40,7 @@ net = functools.partial(mlp, hidden=[8, 8])
 AGENTS = {
     "td3": lambda: TD3(3, np.array([-1.0, 0.0]), np.array([1.0, 2.0]), net, np.random.default_rng(0)),
     "ddpg": lambda: DDPG(3, np.array([-1.0, 0.0]), np.array([1.0, 2.0]), net, np.random.default_rng(0), critic_l2=0.01),
+    "sac": lambda: SAC(3, np.array([-1.0, 0.0]), np.array([1.0, 2.0]), net, np.random.default_rng(0)),
     "dqn": lambda: DQN(3, 4, net, np.random.default_rng(0)),
     "dqn_dueling_soft": lambda: DQN(3, 4, functools.partial(dueling_mlp, hidden=[8, 8]), np.random.default_rng(0), tau=0.5),
 }

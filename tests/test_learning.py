@@ -22,7 +22,7 @@ def run_to_completion(cfg):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("agent", ["td3", "ddpg"])
+@pytest.mark.parametrize("agent", ["td3", "ddpg", "sac"])
 def test_learns_pendulum_within_15k_steps(make_cfg, agent):
     cfg = make_cfg(f"agent={agent}", "env=pendulum", "total_steps=15000", "eval_every=15000", "seed=0", "logger.progress=false")
     summary = run_to_completion(cfg)

@@ -87,6 +87,9 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
         (["agent=dqn", "env=gridworld", "env.mode=chaos"], "Gridworld mode must be one of static, player, random"),
         (["agent=dqn", "env=gridworld", "env.kwargs.size=3"], "Gridworld size must be an integer >= 4"),
         (["agent=td3", "network=dueling_mlp"], "a dueling head outputs Q-values"),
+        (["agent=sac", "env=cartpole"], "SAC needs a continuous (Box) action space"),
+        (["agent=sac", "agent.target_entropy=high"], "agent.target_entropy must be a number or auto"),
+        (["agent=sac", "agent.tau=1.5"], "agent.tau must lie in (0, 1]"),
         (["agent.policy_delay=0"], "agent.policy_delay must be an integer >= 1"),
         (["network.init=xavier"], "network.init must be one of torch, keras"),
         (["updates_per_step=abc"], "updates_per_step must be a number, got 'abc'"),
@@ -111,8 +114,8 @@ def test_bad_input_gets_a_clear_message_and_nonzero_exit(tmp_path, overrides, me
 @pytest.mark.parametrize(
     "overrides,message",
     [
-        (["agent=sac"], "error: agent=sac names no config in conf/agent/; the choices are ddpg, dqn, td3."),
-        (["agent=nosuchagent"], "error: agent=nosuchagent names no config in conf/agent/; the choices are ddpg, dqn, td3."),
+        (["agent=ppo"], "error: agent=ppo names no config in conf/agent/; the choices are ddpg, dqn, sac, td3."),
+        (["agent=nosuchagent"], "error: agent=nosuchagent names no config in conf/agent/; the choices are ddpg, dqn, sac, td3."),
         (["env=nosuchenv"], "error: env=nosuchenv names no config in conf/env/; the choices are acrobot, ant, "),
         (["env=pendullum"], "the choices are acrobot, ant, cartpole, gridworld, halfcheetah, hopper, humanoid, "
                             "inverted_pendulum, mountaincar, pendulum, reacher, walker2d. Did you mean env=pendulum?"),

@@ -1,0 +1,164 @@
+"""SAC with a learned temperature (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and
+Applications"), in the order of Stable-Baselines3's `SAC.train()`, with CleanRL's bounds on the
+policy's log standard deviation.
+
+Per update, with one reparameterised sample a ~ pi(.|s) of the batch's observations:
+the temperature steps on -log_alpha * (log pi(a|s) + target_entropy); both critics regress onto
+r + discount * (min(Q1', Q2')(s', a') - alpha * log pi(a'|s')), a' ~ pi(.|s'); the actor descends
+alpha * log pi(a|s) - min(Q1, Q2)(s, a) on the critics after their step; the target critics move
+by Polyak averaging. alpha is the temperature before its step, as in SB3. Log densities are of the
+squashed action in [-1, 1] (SB3's; CleanRL's also count the scaling onto the env's box), so
+`target_entropy=auto` is -|A| there. Evaluation and export act with tanh(mean).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from agents import losses
+from agents.acting import Forward
+from agents.base import adam, check_tau, copy_of, tf_seed
+from agents.deterministic import DeterministicActor
+from buffers.types import Batch
+
+
+def check_target_entropy(value, action_dim: int) -> float:
+    if value == "auto":
+        return -float(action_dim)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"agent.target_entropy must be a number or auto (-|A| = {-action_dim}), got {value!r}")
+    return float(value)
+
+
+class SAC:
+    ACTION_KIND = "continuous"
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_low: np.ndarray,
+        action_high: np.ndarray,
+        network: Callable[..., keras.Model],
+        rng: np.random.Generator,
+        actor_lr: float = 3e-4,
+        critic_lr: float = 3e-4,
+        alpha_lr: float = 3e-4,
+        tau: float = 0.005,
+        init_alpha: float = 1.0,
+        target_entropy: float | str = "auto",
+    ):
+        if isinstance(init_alpha, bool) or not isinstance(init_alpha, (int, float)) or not init_alpha > 0:
+            raise ValueError(f"agent.init_alpha must be a positive number (1.0 in SB3 and CleanRL), got {init_alpha!r}")
+        self.obs_dim = int(obs_dim)
+        self._low_np, self._high_np = np.asarray(action_low, np.float32), np.asarray(action_high, np.float32)
+        self.action_dim = int(self._low_np.shape[0])
+        self.action_spec = tf.TensorSpec([None, self.action_dim], tf.float32, name="action")
+        self._half_np, self._mid_np = (self._high_np - self._low_np) / 2, (self._high_np + self._low_np) / 2
+        self.low, self.high = tf.constant(self._low_np), tf.constant(self._high_np)
+        self.tau = check_tau(tau)
+        self.target_entropy = check_target_entropy(target_entropy, self.action_dim)
+        self._rng = rng
+        self._tf_rng = tf.random.Generator.from_seed(tf_seed(rng))
+
+        self.actor = network(self.obs_dim, 2 * self.action_dim, name="actor")  # mean and raw log std
+        critic_in = self.obs_dim + self.action_dim
+        self.critic1, self.critic2 = network(critic_in, 1, name="critic1"), network(critic_in, 1, name="critic2")
+        self.critic1_target = copy_of(self.critic1, network(critic_in, 1, name="critic1_target"))
+        self.critic2_target = copy_of(self.critic2, network(critic_in, 1, name="critic2_target"))
+        self.log_alpha = tf.Variable(math.log(init_alpha), dtype=tf.float32, name="log_alpha")
+        self._critic_vars = self.critic1.trainable_variables + self.critic2.trainable_variables
+        self.actor_optimizer, self.critic_optimizer, self.alpha_optimizer = adam(actor_lr), adam(critic_lr), adam(alpha_lr)
+        self.actor_optimizer.build(self.actor.trainable_variables)
+        self.critic_optimizer.build(self._critic_vars)
+        self.alpha_optimizer.build([self.log_alpha])
+        self._online = self.critic1.weights + self.critic2.weights
+        self._targets = self.critic1_target.weights + self.critic2_target.weights
+        self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
+        self.acting = Forward(self.actor)
+
+    # --- the policy -----------------------------------------------------------------------
+    def sample(self, obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """a ~ pi(.|s) in the env's box, reparameterised, and log pi(a|s) of its squashed form."""
+        mean, raw = tf.split(self.actor(obs, training=True), 2, axis=-1)
+        noise = self._tf_rng.normal(tf.shape(mean))
+        squashed, log_prob = losses.squashed_gaussian(mean, losses.bounded_log_std(raw), noise)
+        return losses.scale_action(squashed, self.low, self.high), log_prob
+
+    def policy(self, obs: tf.Tensor) -> tf.Tensor:
+        mean, _ = tf.split(self.actor(obs, training=False), 2, axis=-1)
+        return losses.scale_action(tf.tanh(mean), self.low, self.high)
+
+    def act(self, obs: np.ndarray, explore: bool) -> np.ndarray:
+        """tanh(mean) in the box; with `explore`, tanh(mean + std * noise), the noise from the run's generator."""
+        out = self.acting(obs)
+        u = out[:, : self.action_dim]
+        if explore:
+            raw = out[:, self.action_dim:]
+            log_std = losses.LOG_STD_MIN + 0.5 * (losses.LOG_STD_MAX - losses.LOG_STD_MIN) * (np.tanh(raw) + 1.0)
+            u = u + np.exp(log_std) * self._rng.standard_normal(u.shape)
+        return (np.tanh(u) * self._half_np + self._mid_np).astype(np.float32)
+
+    def host_metrics(self) -> dict[str, float]:
+        return {}
+
+    # --- the update -----------------------------------------------------------------------
+    def update(self, batch: Batch) -> dict[str, tf.Tensor]:
+        self.updates.assign_add(1)
+        alpha = tf.exp(self.log_alpha)  # this update's temperature: the value before its own step
+        with tf.GradientTape() as actor_tape:  # the sample the actor's loss differentiates, taken first (SB3)
+            action, log_prob = self.sample(batch.obs)
+        with tf.GradientTape() as tape:
+            alpha_loss = losses.temperature_loss(self.log_alpha, log_prob, self.target_entropy)
+        self.alpha_optimizer.apply_gradients(zip(tape.gradient(alpha_loss, [self.log_alpha]), [self.log_alpha]))
+
+        target = self.target(batch, alpha)
+        with tf.GradientTape() as tape:
+            q1 = DeterministicActor.q(self.critic1, batch.obs, batch.action)
+            q2 = DeterministicActor.q(self.critic2, batch.obs, batch.action)
+            critic_loss = losses.td3_critic_loss(q1, q2, target, batch.weight)
+        self.critic_optimizer.apply_gradients(zip(tape.gradient(critic_loss, self._critic_vars), self._critic_vars))
+
+        actor_vars = self.actor.trainable_variables
+        with actor_tape:  # on the critics after their step
+            q_pi = tf.minimum(DeterministicActor.q(self.critic1, batch.obs, action),
+                              DeterministicActor.q(self.critic2, batch.obs, action))
+            actor_loss = losses.sac_actor_loss(alpha, log_prob, q_pi)
+        self.actor_optimizer.apply_gradients(zip(actor_tape.gradient(actor_loss, actor_vars), actor_vars))
+        losses.soft_update(self._targets, self._online, self.tau)
+        return {
+            "critic_loss": critic_loss,
+            "actor_loss": actor_loss,
+            "alpha_loss": alpha_loss,
+            "alpha": alpha,
+            "entropy": -tf.reduce_mean(log_prob),
+            "q1": tf.reduce_mean(q1),
+            "q2": tf.reduce_mean(q2),
+            "target_q": tf.reduce_mean(target),
+            "td_error": tf.maximum(tf.abs(target - q1), tf.abs(target - q2)),
+        }
+
+    def target(self, batch: Batch, alpha: tf.Tensor) -> tf.Tensor:
+        """r + discount * (min(Q1', Q2')(s', a') - alpha * log pi(a'|s')), a' ~ pi(.|s')."""
+        next_action, next_log_prob = self.sample(batch.next_obs)
+        next_q = tf.minimum(DeterministicActor.q(self.critic1_target, batch.next_obs, next_action, training=False),
+                            DeterministicActor.q(self.critic2_target, batch.next_obs, next_action, training=False))
+        return losses.td_target(batch.reward, batch.discount, losses.soft_value(next_q, alpha, next_log_prob))
+
+    def trackables(self) -> dict:
+        return {
+            "actor": self.actor,
+            "critic1": self.critic1,
+            "critic2": self.critic2,
+            "critic1_target": self.critic1_target,
+            "critic2_target": self.critic2_target,
+            "actor_optimizer": self.actor_optimizer,
+            "critic_optimizer": self.critic_optimizer,
+            "alpha_optimizer": self.alpha_optimizer,
+            "log_alpha": self.log_alpha,
+            "updates": self.updates,
+            "tf_rng": self._tf_rng,
+        }
