@@ -88,6 +88,21 @@ class Learner(Protocol):
         """The compiled update's graph (for TensorBoard), or None when it is not compiled."""
 
 
+class ActionBox:
+    """A continuous action space's bounds: as numpy for acting, as tensors for the update."""
+
+    def __init__(self, low: np.ndarray, high: np.ndarray):
+        self.low_np, self.high_np = np.asarray(low, np.float32), np.asarray(high, np.float32)
+        self.dim = int(self.low_np.shape[0])
+        self.spec = tf.TensorSpec([None, self.dim], tf.float32, name="action")
+        self.half_np, self.mid_np = (self.high_np - self.low_np) / 2.0, (self.high_np + self.low_np) / 2.0
+        self.low, self.high, self.half_range = tf.constant(self.low_np), tf.constant(self.high_np), tf.constant(self.half_np)
+
+    def from_unit(self, x: np.ndarray) -> np.ndarray:
+        """Numpy values in [-1, 1] onto [low, high]."""
+        return x * self.half_np + self.mid_np
+
+
 def adam(learning_rate: float, beta_1: float = 0.9) -> keras.optimizers.Adam:
     """Adam with the reference implementations' (PyTorch's) epsilon 1e-8, Keras' default being 1e-7.
     Keras adds epsilon before the bias correction of the second moment, PyTorch after, so this is

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from agents import losses
 from agents.acting import Forward
-from agents.base import adam, copy_of, tf_seed
+from agents.base import ActionBox, adam, copy_of, tf_seed
 
 
 class DeterministicActor:
@@ -21,14 +21,9 @@ class DeterministicActor:
                  network: Callable[..., keras.Model], rng: np.random.Generator, actor_lr: float,
                  exploration_noise: float):
         self.obs_dim = int(obs_dim)
-        self._low_np = np.asarray(action_low, dtype=np.float32)
-        self._high_np = np.asarray(action_high, dtype=np.float32)
-        self.action_dim = int(self._low_np.shape[0])
-        self.action_spec = tf.TensorSpec([None, self.action_dim], tf.float32, name="action")
-        self._half_np = (self._high_np - self._low_np) / 2.0
-        self._mid_np = (self._high_np + self._low_np) / 2.0
-        self.low, self.high = tf.constant(self._low_np), tf.constant(self._high_np)
-        self.half_range = tf.constant(self._half_np)
+        self.box = ActionBox(action_low, action_high)
+        self.action_dim, self.action_spec = self.box.dim, self.box.spec
+        self.low, self.high, self.half_range = self.box.low, self.box.high, self.box.half_range
         self.exploration_noise = float(exploration_noise)
         self._rng = rng
         self._tf_rng = tf.random.Generator.from_seed(tf_seed(rng))
@@ -59,10 +54,10 @@ class DeterministicActor:
     def act(self, obs: np.ndarray, explore: bool) -> np.ndarray:
         """Actions for a batch of observations; with `explore`, Gaussian noise of std
         `exploration_noise * half_range`, clipped to the action box."""
-        action = self.acting(obs) * self._half_np + self._mid_np  # [-1, 1] onto [low, high]
+        action = self.box.from_unit(self.acting(obs))
         if explore:
-            noise = self._rng.normal(0.0, self.exploration_noise, size=action.shape) * self._half_np
-            action = np.clip(action + noise, self._low_np, self._high_np, out=action)
+            noise = self._rng.normal(0.0, self.exploration_noise, size=action.shape) * self.box.half_np
+            action = np.clip(action + noise, self.box.low_np, self.box.high_np, out=action)
         return action.astype(np.float32, copy=False)
 
     def host_metrics(self) -> dict[str, float]:

@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from agents import losses
 from agents.acting import Forward
-from agents.base import adam, check_tau, copy_of, tf_seed
+from agents.base import ActionBox, adam, check_tau, copy_of, tf_seed
 from agents.deterministic import DeterministicActor
 from buffers.types import Batch
 
@@ -54,11 +54,9 @@ class SAC:
         if isinstance(init_alpha, bool) or not isinstance(init_alpha, (int, float)) or not init_alpha > 0:
             raise ValueError(f"agent.init_alpha must be a positive number (1.0 in SB3 and CleanRL), got {init_alpha!r}")
         self.obs_dim = int(obs_dim)
-        self._low_np, self._high_np = np.asarray(action_low, np.float32), np.asarray(action_high, np.float32)
-        self.action_dim = int(self._low_np.shape[0])
-        self.action_spec = tf.TensorSpec([None, self.action_dim], tf.float32, name="action")
-        self._half_np, self._mid_np = (self._high_np - self._low_np) / 2, (self._high_np + self._low_np) / 2
-        self.low, self.high = tf.constant(self._low_np), tf.constant(self._high_np)
+        self.box = ActionBox(action_low, action_high)
+        self.action_dim, self.action_spec = self.box.dim, self.box.spec
+        self.low, self.high = self.box.low, self.box.high
         self.tau = check_tau(tau)
         self.target_entropy = check_target_entropy(target_entropy, self.action_dim)
         self._rng = rng
@@ -100,7 +98,7 @@ class SAC:
             raw = out[:, self.action_dim:]
             log_std = losses.LOG_STD_MIN + 0.5 * (losses.LOG_STD_MAX - losses.LOG_STD_MIN) * (np.tanh(raw) + 1.0)
             u = u + np.exp(log_std) * self._rng.standard_normal(u.shape)
-        return (np.tanh(u) * self._half_np + self._mid_np).astype(np.float32)
+        return self.box.from_unit(np.tanh(u)).astype(np.float32)
 
     def host_metrics(self) -> dict[str, float]:
         return {}

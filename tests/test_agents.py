@@ -232,7 +232,7 @@ def test_bfloat16_update_precision_runs_the_updates_matmuls_only_in_bfloat16(cls
     assert not np.allclose(m_bf["q1"], m_ref["q1"], rtol=1e-6, atol=0)  # bfloat16 did run
     assert all(w.dtype == np.float32 for w in bf16.agent.actor.get_weights())
     obs = rng.normal(size=(6, OBS)).astype(np.float32)
-    forward = bf16.agent.acting._np_forward(bf16.agent.actor.get_weights(), obs) * bf16.agent._half_np + bf16.agent._mid_np
+    forward = bf16.agent.box.from_unit(bf16.agent.acting._np_forward(bf16.agent.actor.get_weights(), obs))
     np.testing.assert_allclose(bf16.act(obs, False), forward, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(plain_act.act(obs, False), bf16.act(obs, False), rtol=1e-5, atol=1e-6)
     assert bf16.update_trace_count == 1
