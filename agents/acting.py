@@ -5,7 +5,8 @@ weights, which the compiled update refreshes with the weights it has just writte
 flat output of the same call. A TensorFlow call per environment step costs hundreds of
 microseconds of fixed overhead for a few microseconds of arithmetic; this costs about what a plain
 numpy forward pass does. A network that is not a plain stack of Dense layers, or `numpy=False`,
-runs through one tf.function instead (the same outputs, slower).
+runs through one tf.function instead (the same outputs, slower). SimBa's residual networks run in
+numpy too (`networks.numpy_forward.graph_forward_fn`).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from networks.numpy_forward import dense_forward_fn
+from networks.numpy_forward import forward_fn
 
 
 class Forward:
@@ -30,7 +31,7 @@ class Forward:
 
     def use_numpy(self, numpy: bool) -> None:
         """Act in numpy where the network allows it (True), or through the tf.function (False)."""
-        self._np_forward = dense_forward_fn(self.network) if numpy else None
+        self._np_forward = forward_fn(self.network) if numpy else None
         self.refresh()
 
     @property

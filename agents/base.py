@@ -61,6 +61,13 @@ class Learner(Protocol):
 
     def act(self, obs: np.ndarray, explore: bool) -> np.ndarray: ...
 
+    def observe(self, obs: np.ndarray) -> None:
+        """Every observation of training, as it comes from the envs (for running statistics)."""
+
+    def prepare(self, batches: Batch) -> Batch:
+        """Host batches as the update takes them (observations normalized, where that is on);
+        `update` does this itself, a caller of `step` does it first."""
+
     def update(self, batches: Batch) -> dict[str, tf.Tensor]:
         """K >= 1 updates in one compiled call over K batches stacked on a leading axis; the last
         update's metrics, with the `td_error` of all K batches (K*B)."""

@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from agents.base import Agent
 from buffers.types import Batch
+from networks.normalization import RunningNormalizer
 from networks.precision import check_precision, matmul_precision
 from networks.sharding import batch_shards, check_shards
 
@@ -93,13 +94,16 @@ def stacked(signature: Batch) -> Batch:
 class CompiledAgent:
     """`agent` with its update compiled. `update(batches)` runs K >= 1 updates in one call (one
     traced function for K = 1, another, traced on first use, for K > 1) and hands the acting
-    weights of the last one to the agent's `acting`."""
+    weights of the last one to the agent's `acting`. With `obs_norm` (running statistics), the
+    agent sees normalized observations everywhere: in acting, in its updates' batches and in
+    evaluation; `observe` adds the observations of training to the statistics."""
 
     def __init__(self, agent: Agent, compile: str = "graph", update_precision: str = "float32",
-                 batch_shards: int = 1, numpy_acting: bool = True):
+                 batch_shards: int = 1, numpy_acting: bool = True, obs_norm: RunningNormalizer | None = None):
         if compile not in COMPILE_MODES:
             raise ValueError(f"compile must be one of {COMPILE_MODES}, got {compile!r}")
         self.agent = agent
+        self.obs_norm = obs_norm
         self.compile_mode = compile
         self.update_precision = check_precision(update_precision)
         self.batch_shards = check_shards(batch_shards)
@@ -112,9 +116,19 @@ class CompiledAgent:
 
     # --- the Learner protocol -------------------------------------------------------------
     def act(self, obs: np.ndarray, explore: bool) -> np.ndarray:
-        return self.agent.act(obs, explore)
+        return self.agent.act(obs if self.obs_norm is None else self.obs_norm(obs), explore)
+
+    def observe(self, obs: np.ndarray) -> None:
+        if self.obs_norm is not None:
+            self.obs_norm.update(obs)
+
+    def prepare(self, batches: Batch) -> Batch:
+        if self.obs_norm is None:
+            return batches
+        return batches._replace(obs=self.obs_norm(batches.obs), next_obs=self.obs_norm(batches.next_obs))
 
     def update(self, batches: Batch) -> dict[str, tf.Tensor]:
+        batches = self.prepare(batches)
         if len(batches.reward) == 1:
             metrics, weights = self._update_one(Batch(*(x[0] for x in batches)))
         else:
@@ -132,7 +146,7 @@ class CompiledAgent:
         self.agent.acting.refresh()
 
     def trackables(self) -> dict[str, Any]:
-        return self.agent.trackables()
+        return {**self.agent.trackables(), **({"obs_norm": self.obs_norm} if self.obs_norm is not None else {})}
 
     # --- graph pieces ---------------------------------------------------------------------
     def _update_in_context(self, batch: Batch) -> dict[str, tf.Tensor]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from agents.base import Agent
+from networks.normalization import RunningNormalizer
 
 
 class PolicyModule(tf.Module):
@@ -11,12 +12,17 @@ class PolicyModule(tf.Module):
     and after `tf.saved_model.save`/`load` (the function stays traced for any batch size).
     `signatures()` gives `serving_default` (input `obs`, output `action`), which TF Serving,
     `saved_model_cli` and other languages' loaders call. It tracks the acting network, the only
-    one `agent.policy` reads."""
+    one `agent.policy` reads. With `obs_norm`, observations are normalized first, under its
+    statistics at export."""
 
-    def __init__(self, agent: Agent):
+    def __init__(self, agent: Agent, obs_norm: RunningNormalizer | None = None):
         super().__init__(name="policy")
         self.network = agent.acting.network
-        self._policy = agent.policy
+        if obs_norm is None:
+            self._policy = agent.policy
+        else:
+            normalize = obs_norm.graph_fn()
+            self._policy = lambda obs: agent.policy(normalize(obs))
         self._obs_spec = tf.TensorSpec([None, agent.obs_dim], tf.float32, name="obs")
         self.__call__.get_concrete_function(self._obs_spec)
 
@@ -29,7 +35,7 @@ class PolicyModule(tf.Module):
         return {"serving_default": serve.get_concrete_function()}
 
 
-def export_policy(agent: Agent, directory: str) -> str:
-    module = PolicyModule(agent)
+def export_policy(agent: Agent, directory: str, obs_norm: RunningNormalizer | None = None) -> str:
+    module = PolicyModule(agent, obs_norm)
     tf.saved_model.save(module, directory, signatures=module.signatures())
     return directory

@@ -1,4 +1,4 @@
-"""Stable-Baselines3's TD3, DDPG or DQN, trained with the settings of the train.py run that the
+"""Stable-Baselines3's TD3, DDPG, SAC or DQN, trained with the settings of the train.py run that the
 same overrides compose, and written as a run directory that aggregate.py reads: the reference check
 of tfrl's learning. Runs in SB3's venv (`bash benchmarks/setup_sb3.sh`):
 
@@ -15,6 +15,10 @@ termination, and the evaluation (training/evaluation.py's, with SB3's determinis
 reset is seeded with seed + 100, written to eval.csv with train.py's columns.
 - TD3 and DDPG: learning rate, tau, policy delay, target smoothing and exploration noise (in units
   of the action half-range, as SB3 acts in [-1, 1]).
+- SAC: one learning rate for actor, critics and temperature, tau, the temperature's initial value
+  (`ent_coef="auto_<init_alpha>"`) and the target entropy. SB3 clips the policy's log standard
+  deviation to [-20, 2] where tfrl bounds it smoothly into [-5, 2] as CleanRL does; this is the one
+  difference in the maths that remains.
 - DQN: learning rate, Huber loss, gradient-norm clip, and epsilon's line: tfrl's starts at
   `eps_start` when learning starts and falls over `eps_decay_steps`, SB3's is a line over the whole
   run from step 0, so SB3 gets the same line extended back to step 0 (its epsilon before
@@ -57,9 +61,11 @@ def sb3_settings(cfg: DictConfig) -> tuple[str, dict]:
     has no equivalent. The activation is named in `policy_kwargs["activation"]`, and DQN's
     `max_grad_norm` is None for no clip; `train` turns them into SB3's `activation_fn` and inf."""
     agent = str(cfg.agent._target_).rsplit(".", 1)[-1].lower()
-    if agent not in ("td3", "ddpg", "dqn"):
-        raise SettingError(f"agent {cfg.agent._target_}: only td3, ddpg and dqn are compared with SB3 here")
+    if agent not in ("td3", "ddpg", "sac", "dqn"):
+        raise SettingError(f"agent {cfg.agent._target_}: only td3, ddpg, sac and dqn are compared with SB3 here")
     problems = []
+    if not str(cfg.network._target_).endswith(("mlp.mlp", "mlp.dueling_mlp")):
+        problems.append(f"network {cfg.network._target_} (SB3's policies are MLPs: compare with network=mlp)")
     if not str(cfg.buffer._target_).endswith("UniformReplay"):
         problems.append(f"buffer {cfg.buffer._target_} (SB3 replays uniformly: compare with buffer=uniform)")
     if int(cfg.num_envs) != 1:
@@ -91,13 +97,16 @@ def sb3_settings(cfg: DictConfig) -> tuple[str, dict]:
 
 
 def _actor_critic_settings(cfg: DictConfig, agent: str, problems: list[str]) -> dict:
-    """TD3's and DDPG's own arguments; what SB3 cannot reproduce is appended to `problems`."""
+    """TD3's, DDPG's and SAC's own arguments; what SB3 cannot reproduce is appended to `problems`."""
     a = cfg.agent
-    if float(a.actor_lr) != float(a.critic_lr):
-        problems.append(f"actor_lr {a.actor_lr} != critic_lr {a.critic_lr} (SB3 has one learning_rate)")
+    rates = {k: float(a[k]) for k in ("actor_lr", "critic_lr", "alpha_lr") if k in a}
+    if len(set(rates.values())) > 1:
+        problems.append(f"{', '.join(f'{k} {v}' for k, v in rates.items())} (SB3 has one learning_rate)")
     if float(a.get("critic_l2", 0.0)) != 0.0:
         problems.append("critic_l2 (SB3's critic has no weight decay)")
     kwargs = dict(learning_rate=float(a.actor_lr), tau=float(a.tau))
+    if agent == "sac":
+        kwargs.update(ent_coef=f"auto_{float(a.init_alpha)}", target_entropy=a.target_entropy)
     if agent == "td3":
         kwargs.update(policy_delay=int(a.policy_delay), target_policy_noise=float(a.target_noise),
                       target_noise_clip=float(a.noise_clip))
@@ -160,7 +169,7 @@ class SB3Policy:
 def train(cfg: DictConfig, run_dir: str, agent: str, kwargs: dict) -> dict:
     """Train SB3's `agent` with `kwargs` (from `sb3_settings(cfg)`), evaluating into run_dir/eval.csv."""
     import torch
-    from stable_baselines3 import DDPG, DQN, TD3
+    from stable_baselines3 import DDPG, DQN, SAC, TD3
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.noise import NormalActionNoise
 
@@ -173,6 +182,8 @@ def train(cfg: DictConfig, run_dir: str, agent: str, kwargs: dict) -> dict:
     if agent == "dqn":
         model_kwargs["max_grad_norm"] = kwargs["max_grad_norm"] or float("inf")  # SB3 always clips
         model = DQN("MlpPolicy", env, seed=int(cfg.seed), **model_kwargs)
+    elif agent == "sac":
+        model = SAC("MlpPolicy", env, seed=int(cfg.seed), **model_kwargs)
     else:
         n = env.action_space.shape[0]  # SB3 acts in [-1, 1], so its noise is in units of the half-range
         noise = NormalActionNoise(np.zeros(n), float(cfg.agent.exploration_noise) * np.ones(n))

@@ -4,21 +4,12 @@ Pendulum-v1 returns lie in about [-1600, 0]; a random policy scores about -1200 
 good one better than -200. The bar is a deterministic evaluation above -300 after 15k env steps.
 """
 import pytest
-from omegaconf import OmegaConf
 
-from training.builder import build_run, loop_settings
-from training.loggers import MultiLogger
-from training.loop import train
+from helpers import run_loop
 
 
 def run_to_completion(cfg):
-    OmegaConf.resolve(cfg)
-    run = build_run(cfg)
-    try:
-        return train(run.learner, run.buffer, run.envs, run.eval_env, loop_settings(cfg, run.speed), MultiLogger([]),
-                     driver=run.driver)
-    finally:
-        run.close()
+    return run_loop(cfg)[0]
 
 
 @pytest.mark.slow

@@ -11,12 +11,13 @@ import gymnasium as gym
 import numpy as np
 from hydra.errors import InstantiationException
 from hydra.utils import get_class, get_object, instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 from agents.base import Agent
 from agents.compiled import CompiledAgent
 from buffers.types import Buffer
 from envs.factory import check_action_space, make_env, make_vector_env
+from networks.normalization import RunningNormalizer
 from training.config import ConfigError, validate
 from training.driven import GraphDriver
 from training.loop import LoopSettings
@@ -52,12 +53,14 @@ def build_agent(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, 
     """The algorithm of `cfg` (its maths, uncompiled), sized for these spaces."""
     if len(obs_space.shape) != 1:
         raise ConfigError(
-            f"{cfg.env.id} has observations of shape {obs_space.shape}; the MLP networks need flat "
-            f"vectors. Flatten them with a wrapper or pick an env with vector observations."
+            f"{cfg.env.id} has observations of shape {obs_space.shape}; network={network_name(cfg)} takes flat "
+            f"vectors (the networks here are dense: mlp, dueling_mlp, simba). Flatten them with a wrapper "
+            f"(gymnasium.wrappers.FlattenObservation) or pick an env with vector observations."
         )
-    check_settings(cfg.network, "network")
+    network = network_node(cfg)
+    check_settings(network, "network")
     check_settings(cfg.agent, "agent")
-    kwargs: dict = {"obs_dim": int(obs_space.shape[0]), "network": instantiate(cfg.network), "rng": rng}
+    kwargs: dict = {"obs_dim": int(obs_space.shape[0]), "network": instantiate(network), "rng": rng}
     if isinstance(action_space, gym.spaces.Box):
         kwargs.update(action_low=action_space.low, action_high=action_space.high)
     else:
@@ -65,9 +68,38 @@ def build_agent(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, 
     return _instantiate(cfg.agent, f"{cfg.agent._target_} with network {cfg.network._target_}", **kwargs)
 
 
+def network_name(cfg: DictConfig) -> str:
+    return str(cfg.network._target_).rsplit(".", 1)[-1]
+
+
+def network_node(cfg: DictConfig) -> DictConfig:
+    """The network group as its builder takes it: without `obs_norm`, which is the learner's."""
+    node = cfg.network.copy()
+    with open_dict(node):
+        node.pop("obs_norm", None)
+    return node
+
+
+def uses_obs_norm(cfg: DictConfig) -> bool:
+    value = cfg.network.get("obs_norm", False)  # absent in runs saved before network=simba
+    if not isinstance(value, bool):
+        raise ConfigError(f"network.obs_norm must be true or false, got {value!r}")
+    return value
+
+
 def decide_speed(cfg: DictConfig) -> Speed:
     """The run's `speed` group with `auto` decided for this machine."""
-    return decide(cfg.speed, cfg.network.get("hidden"), int(cfg.batch_size))
+    return decide(cfg.speed, network_widths(cfg.network), int(cfg.batch_size))
+
+
+def network_widths(network: DictConfig) -> list | None:
+    """The hidden widths `auto` judges a network by: an MLP's `hidden`; a SimBa network's widest
+    layers, 4 x `width` inside its blocks."""
+    if "hidden" in network:
+        return network.hidden
+    if "width" in network:
+        return [network.width, 4 * network.width]
+    return None
 
 
 def build_learner(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, rng: np.random.Generator,
@@ -75,8 +107,9 @@ def build_learner(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space
     """The agent of `cfg`, its update compiled with the run's speed settings."""
     speed = speed or decide_speed(cfg)
     agent = build_agent(cfg, obs_space, action_space, rng)
+    obs_norm = RunningNormalizer(agent.obs_dim) if uses_obs_norm(cfg) else None
     return CompiledAgent(agent, compile=speed.compile, update_precision=speed.update_precision,
-                         batch_shards=speed.batch_shards, numpy_acting=speed.numpy_acting)
+                         batch_shards=speed.batch_shards, numpy_acting=speed.numpy_acting, obs_norm=obs_norm)
 
 
 def check_settings(node: DictConfig, group: str) -> None:

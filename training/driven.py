@@ -95,6 +95,7 @@ class GraphDriver:
             raise
         self._td_pending = batches is not None and len(batches.reward) > 0
         if self._td_pending:
+            batches = self.learner.prepare(batches)
             self._updates += len(batches.reward)
             self._host_metrics = self.learner.agent.host_metrics()  # as of these updates, as `update` has them
         else:

@@ -88,7 +88,7 @@ def evaluate_run(run_dir: str, checkpoint: str = "latest", episodes: int = 10, s
                                  video_episodes, os.path.join(out_dir, f"{name}-episode"), **env_args)
         result["videos"] = recorded["paths"]
     if export:
-        result["export"] = export_policy(learner.agent, os.path.join(run_dir, "export", name))
+        result["export"] = export_policy(learner.agent, os.path.join(run_dir, "export", name), learner.obs_norm)
     env.close()
     with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
         json.dump(result, f, indent=2)

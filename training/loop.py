@@ -120,6 +120,7 @@ def train(
         """One step of every env: act, step, store, count the updates due. Returns how many
         updates are due now (0 outside an update phase)."""
         learning = st.step >= s.learning_starts  # as sfujim/TD3: t >= start_timesteps
+        learner.observe(st.obs)  # random steps too: running statistics count every observation
         action = learner.act(st.obs, explore=True) if learning else envs.action_space.sample()
         next_obs, reward, terminated, truncated, infos = envs.step(action)
         done = terminated | truncated
