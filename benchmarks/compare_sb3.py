@@ -46,6 +46,10 @@ CASES = {
         ["agent=td3", "env=ant", "speed.update_precision=bfloat16"],
         ["td3", "Ant-v5", "--hidden", "256", "256", "--batch", "256", "--train-freq", "1"],
     ),
+    "sac_ant": (
+        ["agent=sac", "env=ant"],
+        ["sac", "Ant-v5", "--hidden", "256", "256", "--batch", "256", "--train-freq", "1"],
+    ),
     "dqn_cartpole_every4": (
         ["agent=dqn", "env=cartpole", "network.hidden=[64,64]", "batch_size=64", "updates_per_step=0.25",
          "train_every=4", "buffer.capacity=1000000"],

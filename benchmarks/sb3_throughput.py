@@ -18,7 +18,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import torch
-from stable_baselines3 import DDPG, DQN, TD3
+from stable_baselines3 import DDPG, DQN, SAC, TD3
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.noise import NormalActionNoise
 
@@ -56,7 +56,7 @@ def time_updates(model, a) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("algo", choices=["td3", "ddpg", "dqn"])
+    p.add_argument("algo", choices=["td3", "ddpg", "sac", "dqn"])
     p.add_argument("env")
     p.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
     p.add_argument("--batch", type=int, default=256)
@@ -79,6 +79,8 @@ def main() -> None:
     )
     if a.algo == "dqn":
         model = DQN("MlpPolicy", env, **common)
+    elif a.algo == "sac":  # SB3's defaults otherwise: learned temperature from 1, target entropy -|A|
+        model = SAC("MlpPolicy", env, **common)
     else:
         n = env.action_space.shape[0]
         noise = NormalActionNoise(np.zeros(n), 0.1 * np.ones(n))

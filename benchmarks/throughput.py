@@ -242,7 +242,7 @@ def measure_update(agent, buffer, run: DictConfig, bench: DictConfig, mode: str)
 def acting_floor(cfg: DictConfig, bench: DictConfig) -> dict:
     """Acting against its floor (the numpy forward pass of the same weights, nothing else) and the
     TF path (`speed.numpy_acting=false`)."""
-    from networks.numpy_forward import dense_forward_fn
+    from networks.numpy_forward import forward_fn
     from training.builder import build_run
 
     run = run_config(cfg, "graph")
@@ -250,7 +250,7 @@ def acting_floor(cfg: DictConfig, bench: DictConfig) -> dict:
     parts = build_run(run, with_buffer=False)
     agent, reps = parts.learner, int(bench.repeats)
     net = agent.agent.acting.network
-    forward, weights = dense_forward_fn(net), [np.array(w) for w in net.get_weights()]
+    forward, weights = forward_fn(net), [np.array(w) for w in net.get_weights()]
     obs, _ = parts.eval_env.reset(seed=0)
     one = np.asarray(obs, np.float32)[None]
     out = {
