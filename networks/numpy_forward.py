@@ -99,11 +99,10 @@ def dense_forward_fn(model: keras.Model) -> Callable[[list[np.ndarray], np.ndarr
             continue
         if not isinstance(layer, keras.layers.Dense) or not layer.use_bias:
             return None
-        name = keras.activations.serialize(layer.activation)
-        name = name if isinstance(name, str) else name.get("config", {}).get("name", name.get("class_name"))
-        if name not in _ACTIVATIONS:
+        act = _activation(layer)
+        if act is None:
             return None
-        activations.append(_ACTIVATIONS[name])
+        activations.append(act)
 
     def forward(weights: list[np.ndarray], x: np.ndarray) -> np.ndarray:
         for i, act in enumerate(activations):

@@ -16,6 +16,18 @@ def stack(batches) -> Batch:
     return Batch(*(np.stack(xs) for xs in zip(*batches)))
 
 
+def random_batch(rng, obs_dim: int, low, high, n: int = 32) -> Batch:
+    """A batch of random transitions with continuous actions in [low, high], one in ten terminal."""
+    return Batch(
+        obs=rng.normal(size=(n, obs_dim)).astype(np.float32),
+        action=rng.uniform(low, high, size=(n, len(np.atleast_1d(low)))).astype(np.float32),
+        reward=rng.normal(size=n).astype(np.float32),
+        next_obs=rng.normal(size=(n, obs_dim)).astype(np.float32),
+        discount=(0.99 * (rng.random(n) > 0.1)).astype(np.float32),
+        weight=np.ones(n, np.float32),
+    )
+
+
 def one(batch) -> Batch:
     """One batch as the learner takes it: K = 1 stacked batches."""
     return stack([batch])

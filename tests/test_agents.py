@@ -8,6 +8,7 @@ from agents.ddpg import DDPG
 from agents.td3 import TD3
 from buffers.types import Batch
 from hand_nets import policy, q_value
+from helpers import random_batch
 from networks.mlp import mlp
 
 AGENTS = [TD3, DDPG]
@@ -17,14 +18,7 @@ net = functools.partial(mlp, hidden=[16, 16])
 
 
 def batch(rng, n=32):
-    return Batch(
-        obs=rng.normal(size=(n, OBS)).astype(np.float32),
-        action=rng.uniform(LOW, HIGH, size=(n, ACT)).astype(np.float32),
-        reward=rng.normal(size=n).astype(np.float32),
-        next_obs=rng.normal(size=(n, OBS)).astype(np.float32),
-        discount=(0.99 * (rng.random(n) > 0.1)).astype(np.float32),
-        weight=np.ones(n, np.float32),
-    )
+    return random_batch(rng, OBS, LOW, HIGH, n)
 
 
 SPEED = ("numpy_acting", "batch_shards", "update_precision")

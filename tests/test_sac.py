@@ -10,7 +10,7 @@ import tensorflow as tf
 from agents import losses
 from agents.sac import SAC
 from buffers.types import Batch
-from helpers import compiled, one
+from helpers import compiled, one, random_batch
 from networks.mlp import mlp
 
 OBS, ACT = 3, 2
@@ -26,14 +26,7 @@ def make(seed=0, **kwargs):
 
 
 def batch(rng, n=32):
-    return Batch(
-        obs=rng.normal(size=(n, OBS)).astype(np.float32),
-        action=rng.uniform(LOW, HIGH, size=(n, ACT)).astype(np.float32),
-        reward=rng.normal(size=n).astype(np.float32),
-        next_obs=rng.normal(size=(n, OBS)).astype(np.float32),
-        discount=(0.99 * (rng.random(n) > 0.1)).astype(np.float32),
-        weight=np.ones(n, np.float32),
-    )
+    return random_batch(rng, OBS, LOW, HIGH, n)
 
 
 def normal_logpdf(x, mean, std):
