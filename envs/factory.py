@@ -26,7 +26,12 @@ def _check_known(env_id: str) -> None:
 
 
 def check_action_space(space: gym.Space, action_kind: str, env_id: str, agent_name: str) -> None:
-    """Raise a clear error when an agent cannot act in this action space."""
+    """Raise a clear error when an agent cannot act in this action space. Kind `any`: discrete,
+    or continuous as `continuous` asks."""
+    if action_kind == "any":
+        if isinstance(space, gym.spaces.Discrete):
+            return
+        action_kind = "continuous"
     if action_kind == "continuous":
         ok = isinstance(space, gym.spaces.Box) and len(space.shape) == 1
         if ok and not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):

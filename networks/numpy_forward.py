@@ -6,7 +6,7 @@ overhead from every environment step.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import keras
 import numpy as np
@@ -37,54 +37,79 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, epsilon: floa
     return (x - mean) / np.sqrt(var + epsilon) * gamma + beta
 
 
-def graph_forward_fn(model: keras.Model) -> Callable[[list[np.ndarray], np.ndarray], np.ndarray] | None:
-    """A numpy function `f(weights, x)` equal to `model(x)` (up to float rounding) for a functional
-    model of one input whose layers are Dense (with bias and a supported activation),
-    LayerNormalization over the last axis, and Add: SimBa's residual networks. None otherwise."""
+class Step(NamedTuple):
+    """One layer of a parsed network: `kind` dense|layer_norm|add, its first weight's index in
+    `model.weights`, the value slots it reads, and the layer (for its activation and epsilon)."""
+
+    kind: str
+    first_weight: int
+    inputs: tuple[int, ...]
+    layer: keras.layers.Layer
+
+
+def parse_program(model: keras.Model) -> tuple[list[Step], int] | None:
+    """A functional model of one input as a program of Dense (with bias and a supported
+    activation), LayerNormalization over the last axis, and Add steps, and the slot of its output
+    (slot 0 is the input, slot k + 1 step k's value). None if it has any other layer. The numpy
+    forward pass (`graph_forward_fn`) and the population's batched one (`networks.population`)
+    both run this program."""
     if len(model.inputs) != 1 or len(model.outputs) != 1:
         return None
     slots = {id(model.inputs[0]): 0}
     program, first_weight = [], 0
-
-    def slot_of(tensor) -> int | None:
-        return slots.get(id(tensor))
-
     for layer in model.layers:
         if isinstance(layer, keras.layers.InputLayer):
             continue
         ins = layer.input if isinstance(layer.input, (list, tuple)) else [layer.input]
-        in_slots = [slot_of(t) for t in ins]
-        if None in in_slots:
+        in_slots = tuple(slots.get(id(t), -1) for t in ins)
+        if -1 in in_slots:
             return None
-        n = len(layer.weights)
         if isinstance(layer, keras.layers.Dense):
-            act = _activation(layer)
-            if not layer.use_bias or act is None:
+            if not layer.use_bias or _activation(layer) is None:
                 return None
-            op = (lambda w, i, x, act=act: act(x @ w[i] + w[i + 1]))
+            kind = "dense"
         elif isinstance(layer, keras.layers.LayerNormalization):
             if list(layer.axis) not in ([-1], [len(layer.input.shape) - 1]) or not (layer.center and layer.scale) \
                     or getattr(layer, "rms_scaling", False):
                 return None
-            op = (lambda w, i, x, eps=float(layer.epsilon): layer_norm(x, w[i], w[i + 1], eps))
+            kind = "layer_norm"
         elif isinstance(layer, keras.layers.Add):
-            op = None
+            kind = "add"
         else:
             return None
-        program.append((op, first_weight, in_slots))
+        program.append(Step(kind, first_weight, in_slots, layer))
         slots[id(layer.output)] = len(slots)
-        first_weight += n
-    if first_weight != len(model.weights) or slot_of(model.outputs[0]) is None:
+        first_weight += len(layer.weights)
+    if first_weight != len(model.weights) or id(model.outputs[0]) not in slots:
         return None
-    output = slot_of(model.outputs[0])
+    return program, slots[id(model.outputs[0])]
+
+
+def graph_forward_fn(model: keras.Model) -> Callable[[list[np.ndarray], np.ndarray], np.ndarray] | None:
+    """A numpy function `f(weights, x)` equal to `model(x)` (up to float rounding) for a model
+    `parse_program` reads: SimBa's residual networks. None otherwise."""
+    parsed = parse_program(model)
+    if parsed is None:
+        return None
+    steps, output = parsed
+    ops = []
+    for step in steps:
+        i = step.first_weight
+        if step.kind == "dense":
+            ops.append(lambda w, x, i=i, act=_activation(step.layer): act(x @ w[i] + w[i + 1]))
+        elif step.kind == "layer_norm":
+            ops.append(lambda w, x, i=i, eps=float(step.layer.epsilon): layer_norm(x, w[i], w[i + 1], eps))
+        else:
+            ops.append(None)
+    program = [(op, step.inputs) for op, step in zip(ops, steps)]
 
     def forward(weights: list[np.ndarray], x: np.ndarray) -> np.ndarray:
         values = [x]
-        for op, i, in_slots in program:
+        for op, in_slots in program:
             if op is None:  # Add
                 values.append(sum(values[j] for j in in_slots))
             else:
-                values.append(op(weights, i, values[in_slots[0]]))
+                values.append(op(weights, values[in_slots[0]]))
         return values[output]
 
     return forward

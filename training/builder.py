@@ -14,7 +14,7 @@ from hydra.utils import get_class, get_object, instantiate
 from omegaconf import DictConfig, open_dict
 
 from agents.base import Agent
-from agents.compiled import CompiledAgent
+from agents.compiled import CompiledAgent, CompiledPopulation
 from buffers.types import Buffer
 from envs.factory import check_action_space, make_env, make_vector_env
 from networks.normalization import RunningNormalizer
@@ -29,9 +29,9 @@ from training.speed import Speed, apply_threads, configure_devices, decide
 class Run:
     """The parts of one run, built from its config (`build_run`)."""
 
-    learner: CompiledAgent
+    learner: CompiledAgent | CompiledPopulation
     speed: Speed
-    buffer: Buffer
+    buffer: Buffer | None  # None for a population (it keeps no replay)
     envs: gym.vector.VectorEnv
     eval_env: gym.Env
     rng: np.random.Generator
@@ -47,6 +47,12 @@ def agent_class(cfg: DictConfig) -> type:
         return get_class(cfg.agent._target_)
     except Exception as err:  # hydra wraps import errors; name the key that is wrong
         raise ConfigError(f"agent._target_={cfg.agent._target_!r} cannot be imported: {err}") from err
+
+
+def family(cls: type) -> str:
+    """Which loop trains an agent class: `off_policy` (training/loop.py) or `evolution`
+    (training/evolution.py), as the class declares."""
+    return getattr(cls, "FAMILY", "off_policy")
 
 
 def build_agent(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, rng: np.random.Generator) -> Agent:
@@ -108,6 +114,11 @@ def build_learner(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space
     speed = speed or decide_speed(cfg)
     agent = build_agent(cfg, obs_space, action_space, rng)
     obs_norm = RunningNormalizer(agent.obs_dim) if uses_obs_norm(cfg) else None
+    if family(type(agent)) == "evolution":
+        try:
+            return CompiledPopulation(agent, compile=speed.compile, numpy_acting=speed.numpy_acting, obs_norm=obs_norm)
+        except ValueError as err:  # a network the population cannot run batched
+            raise ConfigError(str(err)) from err
     return CompiledAgent(agent, compile=speed.compile, update_precision=speed.update_precision,
                          batch_shards=speed.batch_shards, numpy_acting=speed.numpy_acting, obs_norm=obs_norm)
 
@@ -158,6 +169,11 @@ def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
     env_args = dict(max_episode_steps=cfg.env.max_episode_steps, kwargs=cfg.env.kwargs)
     eval_env = make_env(cfg.env.id, seed=eval_seed(cfg), **eval_env_args(cfg))
     check_action_space(eval_env.action_space, cls.ACTION_KIND, cfg.env.id, cls.__name__)
+    if family(cls) == "evolution":  # one env per individual, no replay buffer
+        learner = build_learner(cfg, eval_env.observation_space, eval_env.action_space, rng, speed)
+        envs = make_vector_env(cfg.env.id, learner.agent.population, seed=int(cfg.seed),
+                               vectorization=speed.vectorization, **env_args)
+        return Run(learner=learner, speed=speed, buffer=None, envs=envs, eval_env=eval_env, rng=rng)
     envs = make_vector_env(
         cfg.env.id, int(cfg.num_envs), seed=int(cfg.seed), vectorization=speed.vectorization, **env_args
     )

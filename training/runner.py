@@ -16,7 +16,7 @@ from typing import Callable
 from omegaconf import DictConfig, OmegaConf
 
 from envs.state import dump_envs, load_envs
-from training.builder import build_run, loop_settings
+from training.builder import build_run, eval_seed, loop_settings
 from training.checkpoints import Checkpointer, list_checkpoints, resolve_checkpoint
 from training.config import ConfigError
 from training.faults import Diverged, check_finite
@@ -131,11 +131,13 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
             f"Continue it with resume={run_dir}, or start the new run in another directory."
         )
     parts = build_run(cfg)
-    settings = loop_settings(cfg, parts.speed)
     learner = parts.learner
     speed = speed_settings(parts.speed)
     console("update: " + ", ".join(f"{k} {v}" for k, v in speed.items()) + " (0: TF's default)")
     checkpointer = Checkpointer(run_dir, learner.trackables(), keep=int(cfg.checkpoint.keep), describe=describe(cfg))
+    if parts.buffer is None:
+        return run_evolution(cfg, run_dir, parts, checkpointer, speed, resume, console)
+    settings = loop_settings(cfg, parts.speed)
 
     csv_logger = CSVLogger(run_dir)
     state: LoopState | None = None
@@ -169,15 +171,7 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
         csv_logger.truncate("eval", max_rows=len(state.evals))
         console(f"resumed {run_dir} from {os.path.basename(path)} at step {state.step}")
 
-    loggers = [ConsoleLogger(write=console), csv_logger]
-    if cfg.logger.tensorboard:
-        tb = TensorBoardLogger(run_dir)
-        loggers.append(tb)
-        if cfg.logger.trace_graph and (graph := learner.update_graph()) is not None:
-            tb.write_graph(graph)
-    if cfg.logger.wandb:
-        loggers.append(_wandb_logger(cfg, run_dir, console, speed))
-    logger = MultiLogger(loggers)
+    logger = make_logger(cfg, run_dir, console, speed, csv_logger, learner)
 
     def checkpoint(st: LoopState, kind: str) -> None:
         if kind == "best" and not cfg.checkpoint.best:
@@ -208,10 +202,8 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
     except Diverged as err:
         # what aggregate.py reads to count the run as diverged, not as an unfinished one
         _close(logger, parts)
-        diverged = {"steps": err.step, "diverged_at": err.step, "stopped": False, "final_return": float("nan"),
-                    "run_dir": run_dir, **run_identity(cfg, run_dir), **speed}
-        with open(os.path.join(run_dir, "summary.json"), "w") as f:
-            json.dump(diverged, f, indent=2)
+        write_summary(run_dir, {"steps": err.step, "diverged_at": err.step, "stopped": False, "final_return": float("nan"),
+                                "run_dir": run_dir, **run_identity(cfg, run_dir), **speed})
         raise
     except BaseException:
         _close(logger, parts)  # a second error while closing (the same full disk) must not hide the first
@@ -223,9 +215,26 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
     summary.update(run_identity(cfg, run_dir))
     summary.update(speed)  # what `auto` decided on this machine
     if not summary["stopped"]:
-        with open(os.path.join(run_dir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
+        write_summary(run_dir, summary)
     return summary
+
+
+def make_logger(cfg: DictConfig, run_dir: str, console, speed: dict, csv_logger: CSVLogger, learner) -> MultiLogger:
+    """The run's loggers: console, CSV, and TensorBoard and W&B as the config asks."""
+    loggers = [ConsoleLogger(write=console), csv_logger]
+    if cfg.logger.tensorboard:
+        tb = TensorBoardLogger(run_dir)
+        loggers.append(tb)
+        if cfg.logger.trace_graph and (graph := learner.update_graph()) is not None:
+            tb.write_graph(graph)
+    if cfg.logger.wandb:
+        loggers.append(_wandb_logger(cfg, run_dir, console, speed))
+    return MultiLogger(loggers)
+
+
+def write_summary(run_dir: str, summary: dict) -> None:
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
 
 
 def wandb_config(cfg: DictConfig, decided: dict) -> dict:
@@ -268,3 +277,66 @@ def _wandb_logger(cfg: DictConfig, run_dir: str, console, speed: dict) -> WandbL
         mode=w.mode, tags=list(w.tags or []), run_id=run_id, init_timeout=float(w.init_timeout),
         config=wandb_config(cfg, speed), warn=console,
     )
+
+
+def run_evolution(cfg: DictConfig, run_dir: str, parts, checkpointer: Checkpointer, speed: dict, resume: bool,
+                  console: Callable[[str], None]) -> dict:
+    """`run_training` for a population (training/evolution.py): the same checkpoints (no replay
+    buffer; the envs are reseeded every generation, so none are saved), loggers and summary."""
+    from training.evolution import EvolutionHooks, EvolutionSettings, train_population
+
+    learner = parts.learner
+    settings = EvolutionSettings(
+        total_steps=int(cfg.total_steps), episodes=learner.agent.episodes, eval_every=int(cfg.eval_every),
+        eval_episodes=int(cfg.eval_episodes), seed=int(cfg.seed), eval_seed=eval_seed(cfg),
+        checkpoint_every=int(cfg.checkpoint.every), progress=bool(cfg.logger.progress))
+    csv_logger = CSVLogger(run_dir)
+    state = None
+    if resume:
+        path = resolve_checkpoint(run_dir, "latest")
+        saved, _ = checkpointer.restore(path, with_buffer=False)
+        state = saved["loop"]
+        if state.step >= settings.total_steps and os.path.exists(os.path.join(run_dir, "summary.json")):
+            raise ConfigError(
+                f"the run in {run_dir} already reached {state.step} steps (total_steps={settings.total_steps}); "
+                f"to extend it pass a larger total, e.g. total_steps={2 * state.step}."
+            )
+        set_aside_summary(run_dir)
+        learner.refresh()
+        parts.rng.bit_generator.state = saved["numpy_rng"]
+        random.setstate(saved["python_rng"])
+        csv_logger.truncate("train", max_step=state.step)
+        csv_logger.truncate("eval", max_rows=len(state.evals))
+        console(f"resumed {run_dir} from {os.path.basename(path)} at generation {state.generation} (step {state.step})")
+    else:
+        for kind in ("train", "eval"):
+            csv_logger.truncate(kind, max_rows=0)
+    logger = make_logger(cfg, run_dir, console, speed, csv_logger, learner)
+
+    def checkpoint(st, kind: str) -> None:
+        if kind == "best" and not cfg.checkpoint.best:
+            return
+        check_finite(agent_variables(learner), st.step, "population's weights")
+        saved = {"loop": st, "numpy_rng": parts.rng.bit_generator.state, "python_rng": random.getstate(), "envs": None}
+        checkpointer.save(st.step, saved, None, best=(kind == "best"))
+
+    try:
+        with StopSignal() as stop:
+            summary = train_population(learner, parts.envs, parts.eval_env, settings, logger, parts.rng, state,
+                                       EvolutionHooks(checkpoint=checkpoint, stop_requested=stop.requested))
+            summary["signal"] = stop.signum
+    except Diverged as err:
+        _close(logger, parts)
+        write_summary(run_dir, {"steps": err.step, "diverged_at": err.step, "stopped": False, "final_return": float("nan"),
+                                "run_dir": run_dir, **run_identity(cfg, run_dir), **speed})
+        raise
+    except BaseException:
+        _close(logger, parts)
+        raise
+    _close(logger, parts, quiet=False)
+    if summary["stopped"]:
+        stop.hand_over()
+    summary.update(run_dir=run_dir, **run_identity(cfg, run_dir), **speed)
+    if not summary["stopped"]:
+        write_summary(run_dir, summary)
+    return summary

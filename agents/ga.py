@@ -1,0 +1,173 @@
+"""A real-valued genetic algorithm over the weights of a policy network (neuroevolution).
+
+The population's weights are stacked: one tf.Variable of shape (P, *shape) per weight of the policy
+network. Acting is one batched forward pass of all P individuals (`population_act`, each on its
+own env's observation), and a generation's genetic operators are tensor ops on the stacked
+weights (`evolve`): the best `elites` carried over unchanged, parents chosen by tournament or
+truncation selection, BLX-alpha crossover, Gaussian mutation, every draw from the agent's seeded
+in-graph generator. The policy network itself holds the best individual of the last generation:
+it is what evaluation, evaluate.py and the SavedModel export act with.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, ClassVar
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from agents.acting import Forward
+from agents.base import ActionBox, tf_seed
+from networks.population import population_forward_fn
+
+SELECTIONS = ("tournament", "truncation")
+CROSSOVERS = ("blx", "none")
+
+
+# --- the genetic operators: pure functions of tensors and a generator -------------------------
+
+def elite_indices(fitness: tf.Tensor, elites: int) -> tf.Tensor:
+    """The `elites` fittest individuals, fittest first (ties: the lower index first)."""
+    return tf.math.top_k(fitness, k=elites, sorted=True).indices
+
+
+def tournament_selection(fitness: tf.Tensor, count: int, size: int, gen: tf.random.Generator) -> tf.Tensor:
+    """`count` parents, each the fittest of `size` individuals drawn uniformly (with replacement)."""
+    contenders = gen.uniform([count, size], 0, tf.shape(fitness)[0], dtype=tf.int32)
+    winner = tf.argmax(tf.gather(fitness, contenders), axis=1, output_type=tf.int32)
+    return tf.gather(contenders, winner, batch_dims=1)
+
+
+def truncation_selection(fitness: tf.Tensor, count: int, keep: int, gen: tf.random.Generator) -> tf.Tensor:
+    """`count` parents drawn uniformly from the `keep` fittest."""
+    top = tf.math.top_k(fitness, k=keep).indices
+    return tf.gather(top, gen.uniform([count], 0, keep, dtype=tf.int32))
+
+
+def blx_crossover(a: tf.Tensor, b: tf.Tensor, alpha: float, u: tf.Tensor) -> tf.Tensor:
+    """BLX-alpha (Eshelman & Schaffer 1993): each gene uniform on [lo - alpha d, hi + alpha d], where
+    lo, hi are the parents' genes and d = hi - lo; `u` is uniform on [0, 1), shaped as the parents."""
+    lo, hi = tf.minimum(a, b), tf.maximum(a, b)
+    d = hi - lo
+    return lo - alpha * d + u * (1.0 + 2.0 * alpha) * d
+
+
+def gaussian_mutation(genes: tf.Tensor, std: float, noise: tf.Tensor) -> tf.Tensor:
+    """Every gene plus `std` times standard normal `noise`."""
+    return genes + std * noise
+
+
+class GA:
+    FAMILY: ClassVar[str] = "evolution"  # trained by training/evolution.py, not the off-policy loop
+    ACTION_KIND: ClassVar[str] = "any"
+
+    def __init__(
+        self,
+        obs_dim: int,
+        network: Callable[..., keras.Model],
+        rng: np.random.Generator,
+        population: int = 50,
+        elites: int = 2,
+        selection: str = "tournament",
+        tournament_size: int = 3,
+        truncation: float = 0.2,
+        crossover: str = "blx",
+        blx_alpha: float = 0.5,
+        mutation_std: float = 0.05,
+        episodes: int = 1,
+        action_low: np.ndarray | None = None,
+        action_high: np.ndarray | None = None,
+        num_actions: int | None = None,
+    ):
+        _check(population, elites, selection, tournament_size, truncation, crossover, blx_alpha, mutation_std, episodes)
+        self.obs_dim, self.population, self.elites, self.episodes = int(obs_dim), int(population), int(elites), int(episodes)
+        self.selection, self.tournament_size, self.crossover = selection, int(tournament_size), crossover
+        self.keep = max(1, round(float(truncation) * self.population))
+        self.blx_alpha, self.mutation_std = float(blx_alpha), float(mutation_std)
+        self.discrete = num_actions is not None
+        self.box = None if self.discrete else ActionBox(action_low, action_high)
+        outputs = int(num_actions) if self.discrete else self.box.dim
+        build = lambda: network(self.obs_dim, outputs, output_activation=None if self.discrete else "tanh", name="policy")  # noqa: E731
+        self.policy_network = build()
+        self.acting = Forward(self.policy_network)
+        # each individual drawn from the network's own initializers, as a fresh network would be
+        individuals = [self.policy_network.get_weights()] + [build().get_weights() for _ in range(self.population - 1)]
+        self.weights = [tf.Variable(np.stack(w), name=f"population_{k}") for k, w in enumerate(zip(*individuals))]
+        self.generator = tf.random.Generator.from_seed(tf_seed(rng))
+        self._forward = population_forward_fn(self.policy_network)
+        self.action_spec = tf.TensorSpec([self.population] + ([] if self.discrete else [outputs]),
+                                         tf.int32 if self.discrete else tf.float32)
+
+    # --- acting -----------------------------------------------------------------------------
+    def _to_action(self, out: tf.Tensor) -> tf.Tensor:
+        if self.discrete:
+            return tf.argmax(out, axis=-1, output_type=tf.int32)
+        return self.box.low + (out + 1.0) * self.box.half_range
+
+    def population_act(self, obs: tf.Tensor) -> tf.Tensor:
+        """Individual p's action for `obs[p]`, all P in one batched forward pass: (P, obs_dim) in."""
+        return self._to_action(self._forward(self.weights, obs[:, None, :])[:, 0])
+
+    def act(self, obs: np.ndarray, explore: bool = False) -> np.ndarray:
+        """The best individual's actions for a batch of observations, in numpy."""
+        out = self.acting(obs)
+        return out.argmax(axis=-1) if self.discrete else self.box.from_unit(out)
+
+    def policy(self, obs: tf.Tensor) -> tf.Tensor:
+        return self._to_action(self.policy_network(obs, training=False))
+
+    # --- one generation ---------------------------------------------------------------------
+    def _parents(self, fitness: tf.Tensor, count: int) -> tf.Tensor:
+        if self.selection == "tournament":
+            return tournament_selection(fitness, count, self.tournament_size, self.generator)
+        return truncation_selection(fitness, count, self.keep, self.generator)
+
+    def evolve(self, fitness: tf.Tensor) -> None:
+        """The next generation from this one's fitness (P,): the elites first, unchanged, then
+        P - elites children of selected parents, crossed over and mutated. The policy network
+        takes the fittest individual of this generation."""
+        best = tf.argmax(fitness, output_type=tf.int32)
+        for v, w in zip(self.policy_network.weights, self.weights):
+            v.assign(w[best])
+        elite = elite_indices(fitness, self.elites)
+        children = self.population - self.elites
+        mothers, fathers = self._parents(fitness, children), self._parents(fitness, children)
+        for w in self.weights:
+            child = tf.gather(w, mothers)
+            if self.crossover == "blx":
+                u = self.generator.uniform(tf.shape(child), dtype=w.dtype)
+                child = blx_crossover(child, tf.gather(w, fathers), self.blx_alpha, u)
+            child = gaussian_mutation(child, self.mutation_std, self.generator.normal(tf.shape(child), dtype=w.dtype))
+            w.assign(tf.concat([tf.gather(w, elite), child], axis=0))
+
+    def individual(self, p: int) -> list[np.ndarray]:
+        """Individual p's weights, in the policy network's order."""
+        return [w[p].numpy() for w in self.weights]
+
+    def trackables(self) -> dict[str, Any]:
+        return {"policy": self.policy_network, "generator": self.generator,
+                **{f"population_{k}": w for k, w in enumerate(self.weights)}}
+
+
+def _check(population, elites, selection, tournament_size, truncation, crossover, blx_alpha, mutation_std, episodes) -> None:
+    def whole(value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    if not whole(population) or population < 2:
+        raise ValueError(f"agent.population must be an integer >= 2 (a GA needs individuals to select among), got {population!r}; set e.g. agent.population=50")
+    if not whole(elites) or not 0 <= elites < population:
+        raise ValueError(f"agent.elites must be an integer in [0, population) = [0, {population}) (the rest are children), got {elites!r}; set e.g. agent.elites=2")
+    if selection not in SELECTIONS:
+        raise ValueError(f"agent.selection must be one of {', '.join(SELECTIONS)}, got {selection!r}")
+    if not whole(tournament_size) or tournament_size < 1:
+        raise ValueError(f"agent.tournament_size must be a positive integer, got {tournament_size!r}; set e.g. agent.tournament_size=3")
+    if isinstance(truncation, bool) or not isinstance(truncation, (int, float)) or not 0.0 < truncation <= 1.0:
+        raise ValueError(f"agent.truncation (the fraction of the fittest that parents come from) must lie in (0, 1], got {truncation!r}")
+    if crossover not in CROSSOVERS:
+        raise ValueError(f"agent.crossover must be one of {', '.join(CROSSOVERS)}, got {crossover!r}")
+    if isinstance(blx_alpha, bool) or not isinstance(blx_alpha, (int, float)) or blx_alpha < 0:
+        raise ValueError(f"agent.blx_alpha must be a number >= 0 (0.5 is usual), got {blx_alpha!r}")
+    if isinstance(mutation_std, bool) or not isinstance(mutation_std, (int, float)) or mutation_std < 0:
+        raise ValueError(f"agent.mutation_std must be a number >= 0 (the std of the Gaussian noise added to every weight), got {mutation_std!r}; set e.g. agent.mutation_std=0.05")
+    if not whole(episodes) or episodes < 1:
+        raise ValueError(f"agent.episodes (episodes per individual per generation) must be a positive integer, got {episodes!r}")

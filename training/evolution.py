@@ -1,0 +1,186 @@
+"""The loop of population-based agents (agents/ga.py): generations instead of updates.
+
+Each generation, the whole population runs in one gymnasium vector env (one env per individual):
+every env step is one compiled call that acts for all individuals together, and individuals that
+have finished their episodes are masked out until the slowest is done. The mean return over an
+individual's episodes is its fitness; the agent then breeds the next generation. The loop knows
+the family (`population_act`, `evolve`, `observe`, `act`), never the algorithm; evaluation,
+logging, checkpoints and stopping work as in the off-policy loop, at generation boundaries.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+import gymnasium as gym
+import numpy as np
+from tqdm.auto import tqdm
+
+from training.evaluation import evaluate
+from training.faults import check_finite
+from training.loggers import Logger
+
+
+class Population(Protocol):
+    """What the loop drives (`agents.compiled.CompiledPopulation`)."""
+
+    def population_act(self, obs: np.ndarray) -> np.ndarray: ...
+    def evolve(self, fitness: np.ndarray) -> None: ...
+    def observe(self, obs: np.ndarray) -> None: ...
+    def act(self, obs: np.ndarray, explore: bool) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class EvolutionSettings:
+    total_steps: int  # env steps of the individuals' episodes, summed; the run ends at the first generation past it
+    episodes: int  # per individual per generation
+    eval_every: int  # env steps between evaluations of the best individual (checked at generation ends)
+    eval_episodes: int
+    seed: int
+    eval_seed: int
+    checkpoint_every: int = 0
+    progress: bool = True
+
+
+@dataclass
+class EvolutionState:
+    """What the loop carries from one generation to the next; saved in checkpoints."""
+
+    step: int = 0
+    generation: int = 0
+    next_eval: int = 0
+    next_checkpoint: int = 0
+    best_return: float = -np.inf
+    best_fitness: float = -np.inf
+    last_eval: dict | None = None
+    wall_time: float = 0.0
+    evals: list = field(default_factory=list)
+
+
+@dataclass
+class GenerationResult:
+    fitness: np.ndarray  # (P,) mean episode return of each individual
+    steps: int  # env steps of the episodes counted (masked steps excluded)
+    vector_steps: int  # steps of the vector env (one population_act call each)
+    act_seconds: float  # in the population's forward calls
+    env_seconds: float  # in the vector env's steps
+
+
+def run_generation(population: Population, envs: gym.vector.VectorEnv, episodes: int, reset_seed: int) -> GenerationResult:
+    """`episodes` episodes of every individual, individual p in env p. All envs start from the
+    same seed, so every individual meets the same initial states (common random numbers: fitness
+    differences are the policies', not the draws'). A finished env's next episode starts in the
+    same step (same-step autoreset); an individual done with its episodes is masked out (its env
+    still steps, its rewards no longer count) until the last is done."""
+    size = envs.num_envs
+    obs, _ = envs.reset(seed=[reset_seed] * size)
+    returns, finished, steps, vector_steps = np.zeros(size), np.zeros(size, np.int64), 0, 0
+    act_seconds = env_seconds = 0.0
+    running = np.ones(size, bool)
+    while running.any():
+        population.observe(obs[running])
+        t0 = time.perf_counter()
+        action = population.population_act(obs)
+        t1 = time.perf_counter()
+        obs, reward, terminated, truncated, _ = envs.step(action)
+        env_seconds += time.perf_counter() - t1
+        act_seconds += t1 - t0
+        returns += np.where(running, reward, 0.0)
+        steps += int(running.sum())
+        vector_steps += 1
+        finished += (terminated | truncated) & running
+        running = finished < episodes
+    return GenerationResult(returns / episodes, steps, vector_steps, act_seconds, env_seconds)
+
+
+@dataclass
+class EvolutionHooks:
+    checkpoint: Callable[[EvolutionState, str], None] = lambda state, kind: None
+    stop_requested: Callable[[], bool] = lambda: False
+
+
+def initial_evolution_state(settings: EvolutionSettings) -> EvolutionState:
+    return EvolutionState(next_checkpoint=settings.checkpoint_every or -1)
+
+
+def train_population(population: Population, envs: gym.vector.VectorEnv, eval_env: gym.Env, settings: EvolutionSettings,
+                     logger: Logger, rng: np.random.Generator, state: EvolutionState | None = None,
+                     hooks: EvolutionHooks | None = None) -> dict:
+    """Generations from `state` until `settings.total_steps` env steps; a summary with the keys of
+    the off-policy loop's (`final_return`, `best_return`, ...) and `generations`."""
+    s, hooks = settings, hooks or EvolutionHooks()
+    st = state if state is not None else initial_evolution_state(s)
+    bar = tqdm(total=s.total_steps, initial=min(st.step, s.total_steps), disable=None if s.progress else True,
+               unit="step", dynamic_ncols=True, smoothing=0.05)
+    t_start = time.perf_counter()
+    wall_before = st.wall_time
+
+    def run_eval() -> None:
+        result = evaluate(population, eval_env, s.eval_episodes, seed=s.eval_seed)
+        st.last_eval = result
+        st.evals.append((st.step, result["return_mean"]))
+        logger.log("eval", st.step, {**result, "generation": st.generation,
+                                     "wall_time": wall_before + time.perf_counter() - t_start})
+        bar.set_postfix(eval_return=f"{result['return_mean']:.1f}")
+        if result["return_mean"] > st.best_return:
+            st.best_return = result["return_mean"]
+            hooks.checkpoint(st, "best")
+
+    stopped = False
+    while st.step < s.total_steps:
+        t0 = time.perf_counter()
+        # the generation's start states: a draw of the run's generator, so a resumed run draws the same
+        result = run_generation(population, envs, s.episodes, int(rng.integers(2**31 - 1)))
+        population.evolve(result.fitness)
+        seconds = time.perf_counter() - t0
+        st.step += result.steps
+        st.generation += 1
+        bar.update(min(result.steps, s.total_steps - bar.n))
+        fitness = result.fitness
+        st.best_fitness = max(st.best_fitness, float(fitness.max()))
+        record = {
+            "generation": st.generation,
+            "fitness_best": float(fitness.max()),
+            "fitness_mean": float(fitness.mean()),
+            "fitness_median": float(np.median(fitness)),
+            "fitness_std": float(fitness.std()),
+            "generations_per_second": 1.0 / seconds,
+            "steps_per_second": result.steps / seconds,
+            # per step of the whole population: its one forward call, and its vector env's step
+            "act_ms_per_step": 1e3 * result.act_seconds / result.vector_steps,
+            "env_ms_per_step": 1e3 * result.env_seconds / result.vector_steps,
+        }
+        logger.log("train", st.step, record)
+        check_finite(record, st.step)  # a NaN fitness (an env that returned NaN rewards) ends the run
+
+        if st.step >= st.next_eval and st.step < s.total_steps:
+            while st.next_eval <= st.step:
+                st.next_eval += s.eval_every
+            run_eval()
+        if hooks.stop_requested() and st.step < s.total_steps:
+            stopped = True
+            break
+        if 0 < st.next_checkpoint <= st.step and st.step < s.total_steps:
+            while st.next_checkpoint <= st.step:
+                st.next_checkpoint += s.checkpoint_every
+            st.wall_time = wall_before + time.perf_counter() - t_start
+            hooks.checkpoint(st, "periodic")
+
+    if not stopped:
+        run_eval()
+        while st.next_eval <= st.step:
+            st.next_eval += s.eval_every
+    bar.close()
+    st.wall_time = wall_before + time.perf_counter() - t_start
+    hooks.checkpoint(st, "stop" if stopped else "final")
+    return {
+        "stopped": stopped,
+        "steps": st.step,
+        "generations": st.generation,
+        "final_return": st.last_eval["return_mean"] if st.last_eval else float("nan"),
+        "best_return": st.best_return,
+        "best_fitness": st.best_fitness,
+        "wall_time": st.wall_time,
+        "steps_per_second": st.step / st.wall_time if st.wall_time > 0 else float("nan"),
+    }
