@@ -87,7 +87,7 @@ class GA:
         self.discrete = num_actions is not None
         self.box = None if self.discrete else ActionBox(action_low, action_high)
         outputs = int(num_actions) if self.discrete else self.box.dim
-        build = lambda: network(self.obs_dim, outputs, output_activation=None if self.discrete else "tanh", name="policy")  # noqa: E731
+        build = lambda: network(self.obs_dim, outputs, output_activation=None if self.discrete else "tanh", name="actor")  # noqa: E731
         self.policy_network = build()
         self.acting = Forward(self.policy_network)
         # each individual drawn from the network's own initializers, as a fresh network would be

@@ -49,3 +49,36 @@ def run_loop(cfg):
     finally:
         run.close()
     return summary, run
+
+
+def run_population(cfg):
+    """Train the composed population `cfg` (agent=ga) in this process; (summary, run, train records
+    as (step, metrics)), its envs closed."""
+    from omegaconf import OmegaConf
+
+    from training.builder import build_run, eval_seed, population_generation
+    from training.evolution import EvolutionSettings, train_population
+
+    class Records:
+        def __init__(self):
+            self.rows = []
+
+        def log(self, kind, step, metrics):
+            if kind == "train":
+                self.rows.append((step, metrics))
+
+        def close(self):
+            pass
+
+    OmegaConf.resolve(cfg)
+    run = build_run(cfg)
+    records = Records()
+    settings = EvolutionSettings(total_steps=int(cfg.total_steps), episodes=int(cfg.agent.episodes),
+                                 eval_every=int(cfg.eval_every), eval_episodes=int(cfg.eval_episodes),
+                                 seed=int(cfg.seed), eval_seed=eval_seed(cfg), progress=False)
+    try:
+        generation, _ = population_generation(cfg, run.learner, run.envs, run.speed)
+        summary = train_population(run.learner, generation, run.eval_env, settings, records, run.rng)
+    finally:
+        run.close()
+    return summary, run, records.rows

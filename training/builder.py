@@ -6,6 +6,7 @@ constructors as keyword arguments at the call site; they are never written into 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -170,6 +171,12 @@ def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
     eval_env = make_env(cfg.env.id, seed=eval_seed(cfg), **eval_env_args(cfg))
     check_action_space(eval_env.action_space, cls.ACTION_KIND, cfg.env.id, cls.__name__)
     if family(cls) == "evolution":  # one env per individual, no replay buffer
+        if get_class(cfg.buffer._target_) is not get_class("buffers.uniform.UniformReplay"):
+            raise ConfigError(
+                f"{cls.__name__} keeps no replay buffer (a population is scored on its own episodes), so "
+                f"buffer={cfg.buffer._target_.rsplit('.', 1)[-1]} would have nothing to act on; leave the buffer "
+                f"group out of the command."
+            )
         learner = build_learner(cfg, eval_env.observation_space, eval_env.action_space, rng, speed)
         envs = make_vector_env(cfg.env.id, learner.agent.population, seed=int(cfg.seed),
                                vectorization=speed.vectorization, **env_args)
@@ -182,6 +189,38 @@ def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
     buffer = build_buffer(cfg, obs_space, action_space, rng) if with_buffer else None
     driver = GraphDriver(learner) if speed.steps_per_call > 0 and speed.fuse_updates else None
     return Run(learner=learner, speed=speed, buffer=buffer, envs=envs, eval_env=eval_env, rng=rng, driver=driver)
+
+
+def population_generation(cfg: DictConfig, learner: CompiledPopulation, envs: gym.vector.VectorEnv,
+                          speed: Speed) -> tuple[Callable, str]:
+    """How a population's generations run (`training.evolution`): on the vector env, a compiled
+    call per step; or, with `speed.env_in_graph` where the env's dynamics exist in TensorFlow, a
+    whole generation as one XLA-compiled call (the same fitness, tested). Returns
+    (generation(seed) -> GenerationResult, a description for the console)."""
+    from envs.cartpole_tf import graph_env
+    from training.evolution import GenerationResult, generation_in_graph, run_generation
+
+    choice = cfg.speed.get("env_in_graph", "auto")  # absent in runs saved before it existed
+    agent = learner.agent
+    dynamics = graph_env(cfg.env.id, cfg.env.max_episode_steps, cfg.env.kwargs)
+    problem = None
+    if dynamics is None:
+        problem = f"{cfg.env.id} (as configured) has no dynamics in TensorFlow; CartPole-v1 with its own time limit has"
+    elif learner.obs_norm is not None:
+        problem = "network.obs_norm updates its statistics in Python from every step's observations"
+    if problem is not None and choice is True:
+        raise ConfigError(f"speed.env_in_graph=true cannot run this generation in one call: {problem}. "
+                          f"Set speed.env_in_graph=auto to run it on the vector env.")
+    if problem is not None or choice is False:
+        return (lambda seed: run_generation(learner, envs, agent.episodes, seed)), "vector env, one call per step"
+    run = generation_in_graph(agent.population_act, dynamics.step, dynamics.state_dim, dynamics.time_limit,
+                              agent.population, jit_compile=speed.compile != "eager")
+
+    def generation(seed: int) -> GenerationResult:
+        fitness, steps, vector_steps = run(dynamics.start_states(seed, agent.episodes))
+        return GenerationResult(fitness.numpy(), int(steps), int(vector_steps))
+
+    return generation, "the whole generation in one compiled call (speed.env_in_graph)"
 
 
 def eval_seed(cfg: DictConfig) -> int:

@@ -51,7 +51,7 @@ def validate(cfg: DictConfig) -> None:
     starts = cfg.learning_starts
     if not isinstance(starts, int) or starts < 0:
         raise ConfigError(f"learning_starts must be a non-negative integer, got {starts!r}.")
-    if starts >= total:
+    if starts >= total and "population" not in cfg.agent:  # a population (agent=ga) never acts at random
         raise ConfigError(
             f"learning_starts ({starts}) must be smaller than total_steps ({total}), or the agent "
             f"never learns; lower learning_starts or raise total_steps."
@@ -94,6 +94,8 @@ def validate_speed(speed: DictConfig, batch_size: int) -> None:
     for key in ("fuse_updates", "numpy_acting"):
         if not isinstance(speed[key], bool):
             raise ConfigError(f"speed.{key} must be true or false, got {speed[key]!r}.")
+    if speed.get("env_in_graph", "auto") not in ("auto", True, False):
+        raise ConfigError(f"speed.env_in_graph must be auto, true or false, got {speed.env_in_graph!r}.")
     spc = speed.steps_per_call
     if spc != "auto" and (not isinstance(spc, int) or isinstance(spc, bool) or spc < 0):
         raise ConfigError(

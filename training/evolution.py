@@ -15,6 +15,7 @@ from typing import Callable, Protocol
 
 import gymnasium as gym
 import numpy as np
+import tensorflow as tf
 from tqdm.auto import tqdm
 
 from training.evaluation import evaluate
@@ -63,8 +64,8 @@ class GenerationResult:
     fitness: np.ndarray  # (P,) mean episode return of each individual
     steps: int  # env steps of the episodes counted (masked steps excluded)
     vector_steps: int  # steps of the vector env (one population_act call each)
-    act_seconds: float  # in the population's forward calls
-    env_seconds: float  # in the vector env's steps
+    act_seconds: float | None = None  # in the population's forward calls (None: not measured apart)
+    env_seconds: float | None = None  # in the vector env's steps
 
 
 def run_generation(population: Population, envs: gym.vector.VectorEnv, episodes: int, reset_seed: int) -> GenerationResult:
@@ -94,6 +95,42 @@ def run_generation(population: Population, envs: gym.vector.VectorEnv, episodes:
     return GenerationResult(returns / episodes, steps, vector_steps, act_seconds, env_seconds)
 
 
+def generation_in_graph(population_act: Callable, step: Callable, state_dim: int, time_limit: int, population: int,
+                        jit_compile: bool = False) -> Callable:
+    """A whole generation as one compiled call, for an env whose dynamics are TensorFlow
+    (envs/cartpole_tf.py): `f(starts)` with start states (episodes, state_dim) float64 returns (fitness
+    (P,), env steps counted, steps of the population) as `run_generation` does for a vector env
+    whose envs all reset to those states, with the same masking. `step(state, action)` returns
+    (next state, reward, terminated); an episode is truncated after `time_limit` steps."""
+
+    def generation(starts: tf.Tensor):
+        episodes = tf.shape(starts)[0]
+        state = tf.tile(starts[:1], [population, 1])
+        zeros = tf.zeros([population], tf.int32)
+
+        def body(state, episode, t, returns, steps, vector_steps):
+            running = episode < episodes
+            action = population_act(tf.cast(state, tf.float32))
+            state, reward, terminated = step(state, action)
+            t = t + 1
+            done = (terminated | (t >= time_limit)) & running
+            returns += tf.where(running, reward, tf.zeros_like(reward))
+            steps += tf.reduce_sum(tf.cast(running, tf.int32))
+            episode += tf.cast(done, tf.int32)
+            # an env done with an episode starts the next one, from that episode's start state
+            state = tf.where(done[:, None], tf.gather(starts, tf.minimum(episode, episodes - 1)), state)
+            return state, episode, tf.where(done, 0, t), returns, steps, vector_steps + 1
+
+        _, _, _, returns, steps, vector_steps = tf.while_loop(
+            lambda state, episode, *_: tf.reduce_any(episode < episodes), body,
+            (state, zeros, zeros, tf.zeros([population], tf.float64), tf.constant(0), tf.constant(0)))
+        return returns / tf.cast(episodes, tf.float64), steps, vector_steps
+
+    compiled = tf.function(generation, input_signature=[tf.TensorSpec([None, state_dim], tf.float64)],
+                           jit_compile=jit_compile)
+    return compiled
+
+
 @dataclass
 class EvolutionHooks:
     checkpoint: Callable[[EvolutionState, str], None] = lambda state, kind: None
@@ -104,11 +141,13 @@ def initial_evolution_state(settings: EvolutionSettings) -> EvolutionState:
     return EvolutionState(next_checkpoint=settings.checkpoint_every or -1)
 
 
-def train_population(population: Population, envs: gym.vector.VectorEnv, eval_env: gym.Env, settings: EvolutionSettings,
-                     logger: Logger, rng: np.random.Generator, state: EvolutionState | None = None,
-                     hooks: EvolutionHooks | None = None) -> dict:
+def train_population(population: Population, generation: Callable[[int], GenerationResult], eval_env: gym.Env,
+                     settings: EvolutionSettings, logger: Logger, rng: np.random.Generator,
+                     state: EvolutionState | None = None, hooks: EvolutionHooks | None = None) -> dict:
     """Generations from `state` until `settings.total_steps` env steps; a summary with the keys of
-    the off-policy loop's (`final_return`, `best_return`, ...) and `generations`."""
+    the off-policy loop's (`final_return`, `best_return`, ...) and `generations`. `generation(seed)`
+    scores the population from start states drawn with `seed`: `run_generation` on a vector env, or
+    a `generation_in_graph` call."""
     s, hooks = settings, hooks or EvolutionHooks()
     st = state if state is not None else initial_evolution_state(s)
     bar = tqdm(total=s.total_steps, initial=min(st.step, s.total_steps), disable=None if s.progress else True,
@@ -131,7 +170,7 @@ def train_population(population: Population, envs: gym.vector.VectorEnv, eval_en
     while st.step < s.total_steps:
         t0 = time.perf_counter()
         # the generation's start states: a draw of the run's generator, so a resumed run draws the same
-        result = run_generation(population, envs, s.episodes, int(rng.integers(2**31 - 1)))
+        result = generation(int(rng.integers(2**31 - 1)))
         population.evolve(result.fitness)
         seconds = time.perf_counter() - t0
         st.step += result.steps
@@ -147,10 +186,10 @@ def train_population(population: Population, envs: gym.vector.VectorEnv, eval_en
             "fitness_std": float(fitness.std()),
             "generations_per_second": 1.0 / seconds,
             "steps_per_second": result.steps / seconds,
-            # per step of the whole population: its one forward call, and its vector env's step
-            "act_ms_per_step": 1e3 * result.act_seconds / result.vector_steps,
-            "env_ms_per_step": 1e3 * result.env_seconds / result.vector_steps,
         }
+        if result.act_seconds is not None:  # per step of the whole population: its forward call, its envs' step
+            record["act_ms_per_step"] = 1e3 * result.act_seconds / result.vector_steps
+            record["env_ms_per_step"] = 1e3 * result.env_seconds / result.vector_steps
         logger.log("train", st.step, record)
         check_finite(record, st.step)  # a NaN fitness (an env that returned NaN rewards) ends the run
 

@@ -16,7 +16,7 @@ from typing import Callable
 from omegaconf import DictConfig, OmegaConf
 
 from envs.state import dump_envs, load_envs
-from training.builder import build_run, eval_seed, loop_settings
+from training.builder import build_run, eval_seed, loop_settings, population_generation
 from training.checkpoints import Checkpointer, list_checkpoints, resolve_checkpoint
 from training.config import ConfigError
 from training.faults import Diverged, check_finite
@@ -286,6 +286,8 @@ def run_evolution(cfg: DictConfig, run_dir: str, parts, checkpointer: Checkpoint
     from training.evolution import EvolutionHooks, EvolutionSettings, train_population
 
     learner = parts.learner
+    generation, how = population_generation(cfg, learner, parts.envs, parts.speed)
+    console(f"generations: {how}")
     settings = EvolutionSettings(
         total_steps=int(cfg.total_steps), episodes=learner.agent.episodes, eval_every=int(cfg.eval_every),
         eval_episodes=int(cfg.eval_episodes), seed=int(cfg.seed), eval_seed=eval_seed(cfg),
@@ -322,7 +324,7 @@ def run_evolution(cfg: DictConfig, run_dir: str, parts, checkpointer: Checkpoint
 
     try:
         with StopSignal() as stop:
-            summary = train_population(learner, parts.envs, parts.eval_env, settings, logger, parts.rng, state,
+            summary = train_population(learner, generation, parts.eval_env, settings, logger, parts.rng, state,
                                        EvolutionHooks(checkpoint=checkpoint, stop_requested=stop.requested))
             summary["signal"] = stop.signum
     except Diverged as err:
