@@ -44,15 +44,37 @@ def _values_at(run: RunRecord, steps) -> np.ndarray:
     return run.returns[np.searchsorted(run.steps, steps)]
 
 
+def latest_at(run: RunRecord, steps: np.ndarray) -> np.ndarray:
+    """Each step's latest evaluation of the run: its return at its last eval step <= the step."""
+    return run.returns[np.searchsorted(run.steps, steps, side="right") - 1]
+
+
+def latest_evaluation_curve(runs: list[RunRecord], reps: int, seed: list[int]) -> Curve | None:
+    """For runs that evaluate at steps of their own (a GA evaluates where a generation ends): the
+    IQM over runs of each run's latest evaluation, at every eval step of any run from the last
+    first evaluation to the first last one. None when those do not overlap."""
+    start, end = max(int(r.steps[0]) for r in runs), min(int(r.steps[-1]) for r in runs)
+    steps = np.array(sorted(s for r in runs for s in r.steps.tolist() if start <= s <= end), dtype=np.int64)
+    if len(steps) == 0:
+        return None
+    steps = np.unique(steps)
+    point, low, high = iqm_band(np.stack([latest_at(r, steps) for r in runs]), reps, seed)
+    empty = np.zeros(0)
+    note = (f"the runs evaluate at steps of their own (none shared): the curve is the IQM of each run's latest "
+            f"evaluation at each step, from step {start} to {end}")
+    return Curve(steps, point, low, high, len(runs), empty, empty, empty, empty, empty, note)
+
+
 def learning_curve(runs: list[RunRecord], reps: int, seed: list[int]) -> Curve | None:
     """The IQM over runs of the eval return with its bootstrap band: solid over the eval steps all
     runs have; past the last of them, dashed over the runs that went on, in segments of steps with
-    the same runs, where at least MIN_CURVE_RUNS remain. None when the runs share no eval step.
+    the same runs, where at least MIN_CURVE_RUNS remain. Runs that share no eval step get
+    `latest_evaluation_curve`.
     `seed` seeds the solid part's band; a dashed segment's adds its first step."""
     have = [set(r.steps.tolist()) for r in runs]
     steps = np.array(sorted(set.intersection(*have)), dtype=np.int64)
     if len(steps) == 0:
-        return None
+        return latest_evaluation_curve(runs, reps, seed)
     point, low, high = iqm_band(np.stack([_values_at(r, steps) for r in runs]), reps, seed)
 
     segments: list[tuple[tuple[int, ...], list[int]]] = []  # (indices of the runs, steps)

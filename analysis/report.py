@@ -56,7 +56,7 @@ def _draw_curves(out_dir: str, groups: dict[tuple, list[RunRecord]], envs: list[
                 continue
             c = learning_curve(members, reps, seed_for(seed, "curve", *key))
             if c is None:
-                notes[key].append("no learning curve: the runs share no eval step")
+                notes[key].append("no learning curve: the runs' evaluations do not overlap in steps")
                 continue
             if c.note:
                 notes[key].append(c.note)

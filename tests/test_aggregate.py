@@ -162,6 +162,24 @@ def test_curve_band_matches_a_direct_computation():
     assert np.all(low <= point) and np.all(point <= high)
 
 
+def test_runs_that_share_no_eval_step_get_each_runs_latest_evaluation():
+    """A GA evaluates where its generations end, at steps of each run's own: at every eval step
+    between the last first evaluation and the first last one, each run counts with its latest."""
+    from types import SimpleNamespace
+
+    from analysis.curves import learning_curve
+
+    a = SimpleNamespace(steps=np.array([100, 250, 400]), returns=np.array([1.0, 2.0, 3.0]))
+    b = SimpleNamespace(steps=np.array([150, 300, 380]), returns=np.array([10.0, 20.0, 30.0]))
+    curve = learning_curve([a, b], 100, [0])
+    np.testing.assert_array_equal(curve.steps, [150, 250, 300, 380])
+    # a: 1 (its eval at 100), 2, 2, 2; b: 10, 10, 20, 30; two runs: the IQM is their mean
+    np.testing.assert_allclose(curve.point, [5.5, 6.0, 11.0, 16.0])
+    assert "latest evaluation" in curve.note and curve.more_steps.size == 0
+    c = SimpleNamespace(steps=np.array([500, 600]), returns=np.array([0.0, 0.0]))
+    assert learning_curve([a, c], 100, [0]) is None  # a ends before c begins
+
+
 def test_probability_of_improvement_against_a_direct_count():
     """rliable's P(X > Y): per task, the share of (x, y) pairs with x above y, ties counting half;
     then the mean over tasks (not over all pairs pooled)."""

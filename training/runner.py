@@ -124,6 +124,24 @@ def agent_variables(agent) -> dict:
     return found
 
 
+def restore_latest(run_dir: str, checkpointer: Checkpointer, parts, total_steps: int, with_buffer: bool):
+    """Restore the run's latest checkpoint into the learner and the run's generators; refuse one
+    that already finished `total_steps`. Returns (its path, the saved state, the buffer's arrays)."""
+    path = resolve_checkpoint(run_dir, "latest")
+    saved, buffer_state = checkpointer.restore(path, with_buffer=with_buffer)
+    step = saved["loop"].step
+    if step >= total_steps and os.path.exists(os.path.join(run_dir, "summary.json")):
+        raise ConfigError(
+            f"the run in {run_dir} already reached {step} steps (total_steps={total_steps}); "
+            f"to extend it pass a larger total, e.g. total_steps={2 * step}."
+        )
+    set_aside_summary(run_dir)
+    parts.learner.refresh()
+    parts.rng.bit_generator.state = saved["numpy_rng"]
+    random.setstate(saved["python_rng"])
+    return path, saved, buffer_state
+
+
 def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: Callable[[str], None] = print) -> dict:
     if not resume and list_checkpoints(run_dir):
         raise ConfigError(
@@ -142,18 +160,8 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
     csv_logger = CSVLogger(run_dir)
     state: LoopState | None = None
     if resume:
-        path = resolve_checkpoint(run_dir, "latest")
-        saved, buffer_state = checkpointer.restore(path, with_buffer=True)
+        path, saved, buffer_state = restore_latest(run_dir, checkpointer, parts, settings.total_steps, with_buffer=True)
         state = saved["loop"]
-        if state.step >= settings.total_steps and os.path.exists(os.path.join(run_dir, "summary.json")):
-            raise ConfigError(
-                f"the run in {run_dir} already reached {state.step} steps (total_steps={settings.total_steps}); "
-                f"to extend it pass a larger total, e.g. total_steps={2 * state.step}."
-            )
-        set_aside_summary(run_dir)
-        learner.refresh()
-        parts.rng.bit_generator.state = saved["numpy_rng"]
-        random.setstate(saved["python_rng"])
         if buffer_state is not None:
             parts.buffer.load_state_dict(buffer_state)
             del buffer_state  # maps of the checkpoint's file: release them once copied
@@ -194,10 +202,17 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
         for kind in ("train", "update", "eval"):
             csv_logger.truncate(kind, max_rows=0)
         state = initial_state(parts.envs, settings)
+    return drive(cfg, run_dir, parts, logger, speed, lambda stop_requested: train(
+        learner, parts.buffer, parts.envs, parts.eval_env, settings, logger, state,
+        LoopHooks(checkpoint=checkpoint, stop_requested=stop_requested), parts.driver))
+
+
+def drive(cfg: DictConfig, run_dir: str, parts, logger: MultiLogger, speed: dict, loop: Callable[[Callable], dict]) -> dict:
+    """Run `loop(stop_requested)` (a family's loop) under the stop signals, close the loggers and
+    envs, and write summary.json: the loop's summary, or a diverged run's record."""
     try:
         with StopSignal() as stop:
-            summary = train(learner, parts.buffer, parts.envs, parts.eval_env, settings, logger, state,
-                            LoopHooks(checkpoint=checkpoint, stop_requested=stop.requested), parts.driver)
+            summary = loop(stop.requested)
             summary["signal"] = stop.signum
     except Diverged as err:
         # what aggregate.py reads to count the run as diverged, not as an unfinished one
@@ -295,18 +310,8 @@ def run_evolution(cfg: DictConfig, run_dir: str, parts, checkpointer: Checkpoint
     csv_logger = CSVLogger(run_dir)
     state = None
     if resume:
-        path = resolve_checkpoint(run_dir, "latest")
-        saved, _ = checkpointer.restore(path, with_buffer=False)
+        path, saved, _ = restore_latest(run_dir, checkpointer, parts, settings.total_steps, with_buffer=False)
         state = saved["loop"]
-        if state.step >= settings.total_steps and os.path.exists(os.path.join(run_dir, "summary.json")):
-            raise ConfigError(
-                f"the run in {run_dir} already reached {state.step} steps (total_steps={settings.total_steps}); "
-                f"to extend it pass a larger total, e.g. total_steps={2 * state.step}."
-            )
-        set_aside_summary(run_dir)
-        learner.refresh()
-        parts.rng.bit_generator.state = saved["numpy_rng"]
-        random.setstate(saved["python_rng"])
         csv_logger.truncate("train", max_step=state.step)
         csv_logger.truncate("eval", max_rows=len(state.evals))
         console(f"resumed {run_dir} from {os.path.basename(path)} at generation {state.generation} (step {state.step})")
@@ -322,23 +327,6 @@ def run_evolution(cfg: DictConfig, run_dir: str, parts, checkpointer: Checkpoint
         saved = {"loop": st, "numpy_rng": parts.rng.bit_generator.state, "python_rng": random.getstate(), "envs": None}
         checkpointer.save(st.step, saved, None, best=(kind == "best"))
 
-    try:
-        with StopSignal() as stop:
-            summary = train_population(learner, generation, parts.eval_env, settings, logger, parts.rng, state,
-                                       EvolutionHooks(checkpoint=checkpoint, stop_requested=stop.requested))
-            summary["signal"] = stop.signum
-    except Diverged as err:
-        _close(logger, parts)
-        write_summary(run_dir, {"steps": err.step, "diverged_at": err.step, "stopped": False, "final_return": float("nan"),
-                                "run_dir": run_dir, **run_identity(cfg, run_dir), **speed})
-        raise
-    except BaseException:
-        _close(logger, parts)
-        raise
-    _close(logger, parts, quiet=False)
-    if summary["stopped"]:
-        stop.hand_over()
-    summary.update(run_dir=run_dir, **run_identity(cfg, run_dir), **speed)
-    if not summary["stopped"]:
-        write_summary(run_dir, summary)
-    return summary
+    return drive(cfg, run_dir, parts, logger, speed, lambda stop_requested: train_population(
+        learner, generation, parts.eval_env, settings, logger, parts.rng, state,
+        EvolutionHooks(checkpoint=checkpoint, stop_requested=stop_requested)))
