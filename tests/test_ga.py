@@ -262,3 +262,27 @@ def test_a_generation_in_graph_scores_as_the_vector_env_does():
         assert (int(steps), int(vector_steps)) == (python.steps, python.vector_steps)
         population.evolve(python.fitness)
     envs.close()
+
+
+def test_wandb_and_tensorboard_get_the_fitness_of_every_generation(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from test_runs import read_wandb_log
+    from wandb.proto import wandb_internal_pb2
+
+    proc = subprocess.run(
+        [sys.executable, "train.py", f"hydra.run.dir={tmp_path}", "agent=ga", "env=cartpole", "agent.population=8",
+         "total_steps=2000", "eval_every=1000", "eval_episodes=1", "logger.progress=false", "checkpoint.every=0",
+         "logger.wandb=true", "wandb.mode=offline", "wandb.project=tfrl-test"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "WANDB_MODE": "offline"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    generations = json.loads((tmp_path / "summary.json").read_text())["generations"]
+    history = []
+    for data in read_wandb_log(next((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))):
+        rec = wandb_internal_pb2.Record()
+        rec.ParseFromString(data)
+        if rec.WhichOneof("record_type") == "history":
+            history.append({i.key or "/".join(i.nested_key) for i in rec.history.item})
+    wanted = {"train/fitness_best", "train/fitness_mean", "train/fitness_median", "train/generations_per_second"}
+    assert sum(wanted <= h for h in history) == generations >= 2
+    events = EventAccumulator(str(tmp_path / "tb"), size_guidance={"tensors": 0}).Reload()  # TF2 scalars are tensors
+    assert len(events.Tensors("train/fitness_median")) == generations and events.Tensors("eval/return_mean")

@@ -151,10 +151,10 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
     parts = build_run(cfg)
     learner = parts.learner
     speed = speed_settings(parts.speed)
-    console("update: " + ", ".join(f"{k} {v}" for k, v in speed.items()) + " (0: TF's default)")
     checkpointer = Checkpointer(run_dir, learner.trackables(), keep=int(cfg.checkpoint.keep), describe=describe(cfg))
     if parts.buffer is None:
         return run_evolution(cfg, run_dir, parts, checkpointer, speed, resume, console)
+    console("update: " + ", ".join(f"{k} {v}" for k, v in speed.items()) + " (0: TF's default)")
     settings = loop_settings(cfg, parts.speed)
 
     csv_logger = CSVLogger(run_dir)
