@@ -262,6 +262,7 @@ def test_a_generation_in_graph_scores_as_the_vector_env_does():
         assert (int(steps), int(vector_steps)) == (python.steps, python.vector_steps)
         population.evolve(python.fitness)
     envs.close()
+    assert in_graph.experimental_get_tracing_count() == 1  # one trace for every generation
 
 
 def test_wandb_and_tensorboard_get_the_fitness_of_every_generation(tmp_path):
