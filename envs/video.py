@@ -17,6 +17,26 @@ class VideoError(RuntimeError):
     """The video could not be rendered; the message names the likely fix."""
 
 
+def camera_follower(env) -> Callable[[], None] | None:
+    """For a locomotion task (a MuJoCo env that rewards moving forward: Ant, HalfCheetah, Hopper,
+    Walker2d, Humanoid, Swimmer), a function that turns the render camera to the body the task
+    rewards, to call before each frame; None for other envs. gymnasium's v5 cameras for Ant and
+    HalfCheetah stay where the episode began, so the robot leaves the frame within a few hundred
+    steps. The camera keeps its distance, angles and height and moves over the ground with the
+    body: every frame, and every episode, is framed the same."""
+    base = env.unwrapped
+    renderer = getattr(base, "mujoco_renderer", None)
+    if renderer is None or not hasattr(base, "_forward_reward_weight"):
+        return None
+    body = getattr(base, "_main_body", 1)  # Ant-v5 names its rewarded body; the others reward body 1's motion
+
+    def follow() -> None:
+        camera = renderer._get_viewer(env.render_mode).cam  # gymnasium's renderer keeps one viewer per mode
+        camera.lookat[:2] = base.data.body(body).xpos[:2]
+
+    return follow
+
+
 def _render_worker(conn, env_id: str, max_episode_steps, kwargs: dict, seed: int, episodes: int, prefix: str) -> None:
     os.environ.setdefault("MUJOCO_GL", "egl")
     import imageio.v2 as imageio
@@ -26,17 +46,23 @@ def _render_worker(conn, env_id: str, max_episode_steps, kwargs: dict, seed: int
     try:
         env = make_env(env_id, seed=seed, max_episode_steps=max_episode_steps, kwargs=kwargs, render_mode="rgb_array")
         fps = int(env.metadata.get("render_fps", 30))
+        follow = camera_follower(env) or (lambda: None)
+
+        def frame() -> np.ndarray:
+            follow()
+            return np.asarray(env.render())
+
         paths, returns = [], []
         obs, _ = env.reset(seed=seed)
         for i in range(episodes):
             path = f"{prefix}{i}.mp4"
             total, done = 0.0, False
             with imageio.get_writer(path, fps=fps, codec="libx264", macro_block_size=1) as writer:
-                writer.append_data(np.asarray(env.render()))
+                writer.append_data(frame())
                 while not done:
                     conn.send(obs)
                     obs, reward, terminated, truncated, _ = env.step(conn.recv())
-                    writer.append_data(np.asarray(env.render()))
+                    writer.append_data(frame())
                     total += float(reward)
                     done = terminated or truncated
             paths.append(path)

@@ -1,0 +1,48 @@
+"""Videos follow the robot: the render camera of a locomotion task moves with the body the task
+rewards. Rendering runs in a child process without TensorFlow (MuJoCo's EGL and TensorFlow do not
+share a process; envs/video.py), so the checks run in one."""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+CHILD = r"""
+import json, os, sys
+os.environ.setdefault("MUJOCO_GL", "egl")
+sys.path.insert(0, os.getcwd())
+import numpy as np
+from envs.factory import make_env
+from envs.video import camera_follower
+
+def robot_pixels(img):  # the Ant's brown-orange (rgba 0.8 0.6 0.4) against the floor's green-white and black checks
+    r, g, b = (img[..., i].astype(int) for i in range(3))
+    return int(((r > g + 15) & (g > b + 15)).sum())
+
+env = make_env("Ant-v5", seed=0, render_mode="rgb_array")
+env.reset(seed=0)
+follow = camera_follower(env)
+follow()
+start = robot_pixels(np.asarray(env.render()))
+base = env.unwrapped
+qpos = base.data.qpos.copy()
+qpos[:2] += (30.0, -12.0)  # where a running ant is by the end of an episode
+base.set_state(qpos, base.data.qvel.copy())
+unfollowed = robot_pixels(np.asarray(env.render()))
+follow()
+followed = robot_pixels(np.asarray(env.render()))
+kinds = {e: camera_follower(make_env(e, seed=0, render_mode="rgb_array")) is not None
+         for e in ("HalfCheetah-v5", "Hopper-v5", "Reacher-v5", "InvertedPendulum-v5")}
+print(json.dumps({"start": start, "unfollowed": unfollowed, "followed": followed, "kinds": kinds}))
+"""
+
+
+def test_the_camera_keeps_the_ant_in_view_wherever_it_runs():
+    proc = subprocess.run([sys.executable, "-c", CHILD], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["start"] > 5000  # the ant fills a good part of the 480 x 480 frame at the start
+    assert r["unfollowed"] == 0  # gymnasium's own camera stays behind: the ant is out of the frame
+    assert abs(r["followed"] - r["start"]) < 0.1 * r["start"]  # followed, it is framed as at the start
+    assert r["kinds"] == {"HalfCheetah-v5": True, "Hopper-v5": True, "Reacher-v5": False, "InvertedPendulum-v5": False}
