@@ -1,0 +1,118 @@
+"""The README's pictures, drawn from the results committed under benchmarks/:
+
+    uv run python benchmarks/figures.py          # writes docs/figures/*.png
+
+- `throughput_vs_sb3.png`: env steps/s of this project's training loop against Stable-Baselines3's
+  on the same machine, per case of `benchmarks/results/sb3_comparison.json` (compare_sb3.py:
+  whole processes alternating, medians), with the ratio on each pair of bars;
+- `ga_generation.png`: one GA generation every way (`benchmarks/results/ga_generation_cartpole_warm40.json`).
+
+Each figure states its command and data file under it. Deterministic: the same JSON gives the
+same PNG (matplotlib's Agg backend, no timestamps in the metadata).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+
+# the cases shown, in order, with their labels: the reference settings of each algorithm
+THROUGHPUT_CASES = {
+    "td3_ant": "TD3, Ant-v5\n(256-256, batch 256)",
+    "sac_ant": "SAC, Ant-v5\n(256-256, batch 256)",
+    "dqn_cartpole_every1": "DQN, CartPole-v1\n(64-64, update every step)",
+    "dqn_cartpole_every4": "DQN, CartPole-v1\n(64-64, every 4th step)",
+}
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: str) -> None:
+    fig.savefig(path, dpi=110, metadata={"Software": None}, bbox_inches="tight")
+
+
+def throughput_figure(data: dict, path: str) -> None:
+    plt = _pyplot()
+    cases = [c for c in THROUGHPUT_CASES if c in data["cases"]]
+    fig, ax = plt.subplots(figsize=(8.2, 4.0))
+    width = 0.38
+    for i, case in enumerate(cases):
+        r = data["cases"][case]
+        ours, sb3 = r["tfrl_median"], r["sb3_median"]
+        ax.bar(i - width / 2, ours, width, color="#1f77b4", label="tfrl (TensorFlow 2)" if i == 0 else None)
+        ax.bar(i + width / 2, sb3, width, color="#bbbbbb", label="Stable-Baselines3 (PyTorch)" if i == 0 else None)
+        ax.text(i - width / 2, ours, f"{ours / sb3:.2f}x", ha="center", va="bottom", fontsize=10, fontweight="bold")
+    ax.set_xticks(range(len(cases)), [THROUGHPUT_CASES[c] for c in cases], fontsize=8.5)
+    ax.set_yscale("log")
+    ax.set_ylabel("training env steps/s (log scale)")
+    ax.set_title("Training loop throughput, same machine, same settings")
+    ax.legend(loc="upper left", fontsize=9)
+    ax.grid(axis="y", alpha=0.3, which="both")
+    fig.text(0.01, -0.04, "2-core CPU, no GPU; medians of whole processes alternating. "
+             "uv run python benchmarks/compare_sb3.py (benchmarks/results/sb3_comparison.json)", fontsize=7.5)
+    _save(fig, path)
+    plt.close(fig)
+
+
+GA_WAYS = {
+    "numpy_per_individual": "numpy, one\nat a time",
+    "tf_per_individual": "TF, one\nat a time",
+    "batched": "TF, all at once,\nvector env",
+    "in_graph": "generation in\none TF call",
+    "in_graph_xla": "generation in\none XLA call",
+}
+
+
+def ga_figure(data: dict, path: str) -> None:
+    plt = _pyplot()
+    ways = [w for w in GA_WAYS if w in data["ways"]]
+    ms = [data["ways"][w]["generation_ms"] for w in ways]
+    fig, ax = plt.subplots(figsize=(8.2, 3.6))
+    colors = ["#bbbbbb", "#d62728", "#ff7f0e", "#2ca02c", "#1f77b4"][:len(ways)]
+    ax.bar(range(len(ways)), ms, color=colors)
+    for i, w in enumerate(ways):
+        ax.text(i, ms[i], f"{ms[i]:.1f} ms\n{data['ways'][w]['speedup_vs_numpy_per_individual']:.2f}x", ha="center",
+                va="bottom", fontsize=8.5)
+    ax.set_xticks(range(len(ways)), [GA_WAYS[w] for w in ways], fontsize=8.5)
+    ax.set_yscale("log")
+    ax.set_ylabel("ms per generation (log scale)")
+    ax.set_ylim(top=max(ms) * 8)
+    ax.set_title(f"A GA generation on {data['env']}: {data['population']} individuals, "
+                 f"mean episode {data['mean_episode_length']:.0f} steps")
+    fig.text(0.01, -0.06, f"2-core CPU; medians of {data['rounds']} alternating rounds. {data['command'].strip()}",
+             fontsize=7.5)
+    _save(fig, path)
+    plt.close(fig)
+
+
+def main(argv=None) -> list[str]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default=os.path.join(ROOT, "docs", "figures"))
+    args = p.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    written = []
+    for name, source, draw in (
+        ("throughput_vs_sb3.png", "sb3_comparison.json", throughput_figure),
+        ("ga_generation.png", "ga_generation_cartpole_warm40.json", ga_figure),
+    ):
+        with open(os.path.join(RESULTS, source)) as f:
+            data = json.load(f)
+        path = os.path.join(args.out, name)
+        draw(data, path)
+        written.append(path)
+        print(f"wrote {os.path.relpath(path, ROOT)}")
+    return written
+
+
+if __name__ == "__main__":
+    main()
