@@ -116,7 +116,11 @@ def _train(cfg: DictConfig, run_dir: str) -> float:
         sys.exit(128 + summary["signal"])
     print(
         f"done: {summary['steps']} steps, final eval return {summary['final_return']:.2f}, "
-        f"best {summary['best_return']:.2f}, {summary['steps_per_second']:.0f} steps/s; run dir {run_dir}"
+        f"best {summary['best_return']:.2f}, {summary['steps_per_second']:.0f} steps/s; run dir {run_dir}\n"
+        f"  results:     {os.path.join(run_dir, 'summary.json')}, eval.csv, train.csv\n"
+        f"  evaluate:    python evaluate.py run_dir={run_dir} [checkpoint=best] [video=true] [export=true]\n"
+        f"  extend:      python train.py resume={run_dir} total_steps={2 * summary['steps']}\n"
+        f"  TensorBoard: tensorboard --logdir {os.path.join(run_dir, 'tb')}"
     )
     return summary["final_return"]
 

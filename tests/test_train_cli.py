@@ -33,6 +33,9 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     assert "[eval] step=300" in proc.stdout and "done: 300 steps" in proc.stdout
+    # what runs, at the start; where the results are and what to do with them, at the end
+    assert proc.stdout.splitlines()[0].startswith(f"training {agent} on ") and str(tmp_path) in proc.stdout.splitlines()[0]
+    assert f"python evaluate.py run_dir={tmp_path}" in proc.stdout and f"tensorboard --logdir {tmp_path}" in proc.stdout
     evals = read_csv(tmp_path / "eval.csv")
     assert [int(r["step"]) for r in evals] == [0, 150, 300]
     assert all(float(r["length_mean"]) == 200 for r in evals)

@@ -85,6 +85,15 @@ def run_identity(cfg: DictConfig, run_dir: str) -> dict:
     }
 
 
+def run_line(cfg: DictConfig, run_dir: str, resume: bool) -> str:
+    """The run's first line: what trains where, with which speed preset."""
+    identity = run_identity(cfg, run_dir)
+    choices, _ = hydra_record(run_dir)
+    speed = choices.get("speed") or "as saved"
+    return (f"{'resuming' if resume else 'training'} {identity['agent']} on {cfg.env.id}, seed {identity['seed']}, "
+            f"{int(cfg.total_steps)} env steps, speed={speed}; run dir {run_dir}")
+
+
 def set_aside_summary(run_dir: str) -> None:
     """A finished run that is extended is unfinished again: its summary.json moves to
     summary_<steps>.json, kept, and a new one is written when the run finishes. So a run that
@@ -149,6 +158,7 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
             f"Continue it with resume={run_dir}, or start the new run in another directory."
         )
     parts = build_run(cfg)
+    console(run_line(cfg, run_dir, resume))
     learner = parts.learner
     speed = speed_settings(parts.speed)
     checkpointer = Checkpointer(run_dir, learner.trackables(), keep=int(cfg.checkpoint.keep), describe=describe(cfg))
