@@ -19,6 +19,10 @@ def options(group):
 
 def combinations():
     for agent, network, buffer, env in itertools.product(options("agent"), options("network"), options("buffer"), options("env")):
+        if agent == "ga":  # either kind of action; no replay buffer (buffer=prioritized is refused: test_ga)
+            if buffer == "uniform" and network != "dueling_mlp":
+                yield agent, network, buffer, env
+            continue
         discrete_agent = agent == "dqn"
         if discrete_agent != (env in DISCRETE_ENVS):
             continue  # the action space does not fit: refused with a message (test_train_cli)
@@ -37,10 +41,24 @@ def test_groups_have_the_expected_options():
 
 @pytest.mark.parametrize("agent,network,buffer,env", list(combinations()))
 def test_every_combination_composes_and_instantiates(make_cfg, agent, network, buffer, env):
-    cfg = make_cfg(f"agent={agent}", f"network={network}", f"buffer={buffer}", f"env={env}", "buffer.capacity=1000", "batch_size=4")
+    extra = ["agent.population=3"] if agent == "ga" else []
+    cfg = make_cfg(f"agent={agent}", f"network={network}", f"buffer={buffer}", f"env={env}", "buffer.capacity=1000",
+                   "batch_size=4", *extra)
     OmegaConf.resolve(cfg)
     assert cfg.total_steps > cfg.learning_starts
     run = build_run(cfg)
+    if agent == "ga":
+        try:
+            obs, _ = run.envs.reset(seed=0)
+            for _ in range(3):
+                action = run.learner.population_act(obs)
+                assert run.envs.action_space.contains(action.astype(run.envs.action_space.dtype))
+                obs, *_ = run.envs.step(action)
+            run.learner.evolve(np.array([1.0, 3.0, 2.0]))
+            assert run.buffer is None and run.envs.num_envs == 3
+        finally:
+            run.close()
+        return
     try:
         obs, _ = run.envs.reset(seed=0)
         space = run.envs.single_action_space
