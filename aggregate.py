@@ -23,7 +23,7 @@ from analysis.stats import DEFAULT_REPS
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Aggregate the runs under sweep dirs (multirun/<date>/<time>) or run dirs: results.md, "
-                    "results.csv, curves_<env>.png, performance_profile.png and improvement.csv.")
+                    "results.csv, curves_<env>.png and .csv (the points drawn), performance_profile.png and improvement.csv.")
     parser.add_argument("paths", nargs="+", help="sweep dirs or run dirs, searched recursively for runs")
     parser.add_argument("--by", action="append", default=[], metavar="KEY[=VALUE]",
                         help="also group by this key: a config group (buffer, network) or a dotted config key "

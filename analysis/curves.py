@@ -108,3 +108,37 @@ def learning_curve(runs: list[RunRecord], reps: int, seed: list[int]) -> Curve |
     if dropped:
         notes.append(f"eval steps {steps_text(dropped)} have fewer than {MIN_CURVE_RUNS} runs and are not drawn")
     return Curve(steps, point, low, high, len(runs), *(np.asarray(a) for a in more), "; ".join(notes) or None)
+
+
+CURVE_COLUMNS = ["group", "color", "env", "env_id", "part", "step", "iqm", "low", "high", "runs"]
+
+
+def curve_rows(env: str, env_id: str | None, curves: list[tuple[str, int, Curve]]) -> list[dict]:
+    """The curves of one env as CSV rows, one per (group, step), `part` solid or dashed, the floats
+    in full (repr) so that a figure redrawn from them is the one aggregate.py drew."""
+    rows = []
+    for label, color, c in curves:
+        parts = (("solid", c.steps, c.point, c.low, c.high, [c.n_runs] * len(c.steps)),
+                 ("dashed", c.more_steps, c.more_point, c.more_low, c.more_high, c.more_n))
+        for part, steps, point, low, high, n in parts:
+            for row in zip(steps, point, low, high, n):
+                rows.append(dict(zip(CURVE_COLUMNS, (label, color, env, env_id or "", part, int(row[0]),
+                                                     *(repr(float(v)) for v in row[1:4]), int(row[4])))))
+    return rows
+
+
+def curves_from_rows(rows: list[dict]) -> tuple[str, str | None, list[tuple[str, int, Curve]]]:
+    """curve_rows read back (from csv.DictReader): (env, env_id, [(label, color, Curve)])."""
+    if not rows:
+        raise ValueError("no curve rows")
+    by_label: dict[str, dict] = {}
+    for r in rows:
+        g = by_label.setdefault(r["group"], {"color": int(r["color"]), "solid": [], "dashed": []})
+        g[r["part"]].append((int(r["step"]), float(r["iqm"]), float(r["low"]), float(r["high"]), int(r["runs"])))
+    curves = []
+    for label, g in by_label.items():
+        solid, dashed = (np.array(g[p], dtype=float).reshape(-1, 5).T for p in ("solid", "dashed"))
+        curves.append((label, g["color"], Curve(
+            solid[0].astype(np.int64), solid[1], solid[2], solid[3], int(solid[4][0]) if len(solid[4]) else 0,
+            dashed[0].astype(np.int64), dashed[1], dashed[2], dashed[3], dashed[4].astype(np.int64), None)))
+    return rows[0]["env"], rows[0]["env_id"] or None, curves

@@ -9,14 +9,14 @@ from typing import Sequence
 
 import numpy as np
 
-from analysis.curves import MIN_CURVE_RUNS, learning_curve
+from analysis.curves import CURVE_COLUMNS, MIN_CURVE_RUNS, curve_rows, learning_curve
 from analysis.groups import group_key, group_name, group_notes, group_runs
 from analysis.plots import plot_curves, plot_profile
 from analysis.runs import AggregateError, RunRecord, by_keys, load_runs, natural_key, value_order
 from analysis.stats import (CONFIDENCE, DEFAULT_REPS, TAUS, aggregate_iqm, aggregate_mean, interval, mean_and_iqm,
                             minmax_normalize, performance_profile, probability_of_improvement_ci, seed_for)
 from analysis.tables import (ci_text, num, render_markdown, summarize_group, write_csv,
-                             write_improvement_csv)
+                             write_improvement_csv, write_rows)
 
 
 @dataclass
@@ -46,9 +46,10 @@ def _check_arguments(paths: Sequence[str], reps: int, seed: int, last: int) -> N
 
 
 def _draw_curves(out_dir: str, groups: dict[tuple, list[RunRecord]], envs: list[str], by: Sequence[str], color: dict,
-                 notes: dict[tuple, list[str]], reps: int, seed: int) -> list[str]:
-    """curves_<env>.png for every env; notes where a group's curve turns dashed or has none."""
-    plots = []
+                 notes: dict[tuple, list[str]], reps: int, seed: int) -> tuple[list[str], list[str]]:
+    """curves_<env>.png and curves_<env>.csv (the points drawn, which `benchmarks/figures.py` redraws
+    from) for every env; notes where a group's curve turns dashed or has none."""
+    plots, tables = [], []
     for env in envs:
         curves = []
         for key, members in groups.items():
@@ -63,9 +64,12 @@ def _draw_curves(out_dir: str, groups: dict[tuple, list[RunRecord]], envs: list[
             curves.append((group_name(key[0], None, by, key[2:]), color[(key[0], *key[2:])], c))
         env_ids = {r.env_id for k, ms in groups.items() if k[1] == env for r in ms}
         if curves:
+            env_id = env_ids.pop() if len(env_ids) == 1 else None
             plots.append(os.path.join(out_dir, f"curves_{_safe(env)}.png"))
-            plot_curves(plots[-1], env, env_ids.pop() if len(env_ids) == 1 else None, curves)
-    return plots
+            plot_curves(plots[-1], env, env_id, curves)
+            tables.append(os.path.join(out_dir, f"curves_{_safe(env)}.csv"))
+            write_rows(tables[-1], CURVE_COLUMNS, curve_rows(env, env_id, curves))
+    return plots, tables
 
 
 def _score_bounds(groups: dict[tuple, list[RunRecord]], envs: list[str], last: int,
@@ -168,7 +172,7 @@ def aggregate(paths: Sequence[str], by: Sequence[str] = (), out: str | None = No
             notes[key].append(f"{len(members)} run(s) diverged (an evaluation return became NaN or infinite), left "
                               f"out of the statistics: " + ", ".join(f"{r.label} at step {r.diverged_at}" for r in members))
 
-    plots = _draw_curves(out_dir, groups, envs, by, color, notes, reps, seed)
+    plots, curve_tables = _draw_curves(out_dir, groups, envs, by, color, notes, reps, seed)
     global_notes = [f"{group_name(key[0], key[1], by, key[2:])}: all {len(members)} run(s) diverged (an evaluation "
                     f"return became NaN or infinite), so it has no row: "
                     + ", ".join(f"{r.label} at step {r.diverged_at}" for r in members)
@@ -202,7 +206,7 @@ def aggregate(paths: Sequence[str], by: Sequence[str] = (), out: str | None = No
                       f"{MIN_CURVE_RUNS} remain.")
     csv_path, md_path = os.path.join(out_dir, "results.csv"), os.path.join(out_dir, "results.md")
     write_csv(csv_path, rows, list(notes.values()), by)
-    tables = [csv_path]
+    tables = [csv_path, *curve_tables]
     if improvement:
         tables.append(os.path.join(out_dir, "improvement.csv"))
         write_improvement_csv(tables[-1], improvement)

@@ -122,7 +122,11 @@ def render_markdown(paths: Sequence[str], by: Sequence[str], reps: int, seed: in
 
 
 def write_improvement_csv(path: str, improvement: Sequence[dict]) -> None:
+    write_rows(path, list(improvement[0]), improvement)
+
+
+def write_rows(path: str, header: Sequence[str], rows: Sequence[dict]) -> None:
     with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(improvement[0]))
+        writer = csv.DictWriter(f, fieldnames=list(header))
         writer.writeheader()
-        writer.writerows(improvement)
+        writer.writerows(rows)

@@ -307,6 +307,22 @@ def test_end_to_end_two_agents_two_envs_three_seeds(tmp_path):
         assert os.path.getsize(path) > 0
         with open(path, "rb") as f:
             assert f.read(8) == PNG
+
+    # the points of each curve, in curves_<env>.csv: td3 on hopper is solid over 4 runs to step
+    # 1000 (IQM of 500, 501, 502, 700: the middle two), dashed over the 3 that went on to 2000
+    curve = [r for r in read_rows(os.path.join(out, "curves_hopper.csv")) if r["group"].startswith("td3")]
+    assert [(r["part"], r["step"], r["runs"]) for r in curve] == [("solid", "0", "4"), ("solid", "1000", "4"),
+                                                                   ("dashed", "2000", "3")]
+    assert float(curve[1]["iqm"]) == pytest.approx(501.5) and float(curve[0]["iqm"]) == 0.0
+    assert float(curve[2]["iqm"]) == pytest.approx(np.mean(finals[("td3", "hopper")][:3]))
+    assert float(curve[1]["low"]) <= 501.5 <= float(curve[1]["high"])
+    # and the figure redrawn from it is aggregate.py's, byte for byte
+    from analysis.curves import curves_from_rows
+    from analysis.plots import plot_curves
+
+    plot_curves(str(tmp_path / "redrawn.png"), *curves_from_rows(read_rows(os.path.join(out, "curves_hopper.csv"))))
+    with open(os.path.join(out, "curves_hopper.png"), "rb") as f:
+        assert (tmp_path / "redrawn.png").read_bytes() == f.read()
     with open(os.path.join(out, "results.md")) as f:
         md = f.read()
     for text in (proc.stdout, md):
