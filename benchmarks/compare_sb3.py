@@ -4,10 +4,12 @@ each, so that a busy spell on a shared machine hits both; the table gives the me
 ratio of medians.
 
     bash benchmarks/setup_sb3.sh            # once: SB3 + PyTorch (CPU) in benchmarks/.venv-sb3
-    uv run python benchmarks/compare_sb3.py [--rounds 3] [--only td3_ant]
+    bash benchmarks/setup_sbx.sh            # once, for --sbx: SBX + JAX (CPU) in benchmarks/.venv-sbx
+    uv run python benchmarks/compare_sb3.py [--rounds 3] [--only td3_ant] [--sbx]
     uv run python benchmarks/compare_sb3.py --updates [--only td3_ant]
 
-Writes benchmarks/results/sb3_comparison.json. With `--updates` it compares the update alone
+With `--sbx`, SBX (Stable-Baselines Jax: SB3's algorithms on JAX) runs each case too, in the same
+rotation. Writes benchmarks/results/sb3_comparison.json. With `--updates` it compares the update alone
 instead: ms per update including the sampling of its batch, one update per call (tfrl's
 `agent.update`, SB3's `train(gradient_steps=1)`) and 16 per call (`learner.update` of 16 stacked batches,
 `train(gradient_steps=16)`), on a buffer filled by the warm-up; it writes
@@ -26,7 +28,9 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-SB3_PYTHON = os.path.join(HERE, ".venv-sb3", "bin", "python")
+PYTHONS = {"sb3": os.path.join(HERE, ".venv-sb3", "bin", "python"),
+           "sbx": os.path.join(HERE, ".venv-sbx", "bin", "python")}
+SETUP = {"sb3": "bash benchmarks/setup_sb3.sh", "sbx": "bash benchmarks/setup_sbx.sh"}
 
 # name: (tfrl overrides, SB3 arguments). Same network, batch, buffer and update cadence.
 CASES = {
@@ -90,9 +94,9 @@ def run_tfrl(overrides: list[str], steps: int, warmup: int, repeats: int, update
             r[f"fused_x{FUSE}_update_ms"] + r[f"sample_x{FUSE}_us"] / 1e3 / FUSE)
 
 
-def run_sb3(args: list[str], steps: int, warmup: int, repeats: int, updates: bool = False):
-    """The same for SB3 (its `train` samples its own batches)."""
-    cmd = [SB3_PYTHON, os.path.join(HERE, "sb3_throughput.py"), *args, "--steps", str(steps),
+def run_sb3(args: list[str], steps: int, warmup: int, repeats: int, updates: bool = False, impl: str = "sb3"):
+    """The same for SB3 or SBX (their `train` samples its own batches)."""
+    cmd = [PYTHONS[impl], os.path.join(HERE, "sb3_throughput.py"), *args, "--impl", impl, "--steps", str(steps),
            "--warmup", str(warmup), "--repeats", str(repeats)] + (["--update-only", "--fuse", str(FUSE)] if updates else [])
     proc = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
     r = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -147,27 +151,37 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=1000)
     p.add_argument("--only", nargs="*", choices=sorted(CASES))
     p.add_argument("--updates", action="store_true", help="compare the update alone, not the loop")
+    p.add_argument("--sbx", action="store_true", help="run SBX (JAX) too, in the same rotation (loop only)")
     a = p.parse_args()
-    if not os.path.exists(SB3_PYTHON):
-        sys.exit(f"error: no SB3 environment at {SB3_PYTHON}; create it with `bash benchmarks/setup_sb3.sh`.")
+    for impl in ["sb3"] + (["sbx"] if a.sbx else []):
+        if not os.path.exists(PYTHONS[impl]):
+            sys.exit(f"error: no {impl.upper()} environment at {PYTHONS[impl]}; create it with `{SETUP[impl]}`.")
     if a.updates:
         return compare_updates(a.only or UPDATE_CASES, a)
 
     report = {}
     for name in a.only or CASES:
         ours_args, sb3_args = CASES[name]
-        ours, sb3 = [], []
+        ours, sb3, sbx = [], [], []
         for r in range(a.rounds):
             ours.append(run_tfrl(ours_args, a.steps, a.warmup, a.repeats))
             sb3.append(run_sb3(sb3_args, a.steps, a.warmup, a.repeats))
-            print(f"{name} round {r + 1}: tfrl {ours[-1]:.1f}  sb3 {sb3[-1]:.1f} env steps/s", flush=True)
+            if a.sbx:
+                sbx.append(run_sb3(sb3_args, a.steps, a.warmup, a.repeats, impl="sbx"))
+            print(f"{name} round {r + 1}: tfrl {ours[-1]:.1f}  sb3 {sb3[-1]:.1f}"
+                  + (f"  sbx {sbx[-1]:.1f}" if a.sbx else "") + " env steps/s", flush=True)
         report[name] = {"tfrl": ours, "sb3": sb3, "tfrl_median": statistics.median(ours),
                         "sb3_median": statistics.median(sb3),
                         "ratio": statistics.median(ours) / statistics.median(sb3),
                         "tfrl_overrides": ours_args, "sb3_args": sb3_args}
-    print("\n| case | tfrl env steps/s | SB3 env steps/s | ratio |\n|---|---|---|---|")
+        if a.sbx:
+            report[name].update(sbx=sbx, sbx_median=statistics.median(sbx),
+                                ratio_sbx=statistics.median(ours) / statistics.median(sbx))
+    print("\n| case | tfrl env steps/s | SB3 env steps/s | tfrl / SB3 |" + (" SBX env steps/s | tfrl / SBX |" if a.sbx else "")
+          + "\n|---|---|---|---|" + ("---|---|" if a.sbx else ""))
     for name, r in report.items():
-        print(f"| {name} | {r['tfrl_median']:.1f} | {r['sb3_median']:.1f} | {r['ratio']:.2f}x |")
+        print(f"| {name} | {r['tfrl_median']:.1f} | {r['sb3_median']:.1f} | {r['ratio']:.2f}x |"
+              + (f" {r['sbx_median']:.1f} | {r['ratio_sbx']:.2f}x |" if a.sbx else ""))
     write_report(os.path.join(HERE, "results", "sb3_comparison.json"), report, a)
 
 

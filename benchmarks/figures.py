@@ -3,9 +3,12 @@
     uv run python benchmarks/figures.py          # writes docs/figures/*.png
 
 - `throughput_vs_sb3.png`: env steps/s of this project's training loop against Stable-Baselines3's
-  on the same machine, per case of `benchmarks/results/sb3_comparison.json` (compare_sb3.py:
+  (and SBX's, where measured) on the same machine, per case of `benchmarks/results/sb3_comparison.json` (compare_sb3.py:
   whole processes alternating, medians), with the ratio on each pair of bars;
-- `ga_generation.png`: one GA generation every way (`benchmarks/results/ga_generation_cartpole_warm40.json`).
+- `ga_generation.png`: one GA generation every way (`benchmarks/results/ga_generation_cartpole_warm40.json`);
+- `curves_<name>.png`: learning curves against SB3, redrawn from the `curves_<env>.csv` that
+  aggregate.py wrote beside its own plot under `benchmarks/learning/` (`CURVE_FIGURES`): the
+  same figure, without the runs.
 
 Each figure states its command and data file under it. Deterministic: the same JSON gives the
 same PNG (matplotlib's Agg backend, no timestamps in the metadata).
@@ -15,8 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # analysis/, for the learning curves
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 
 # the cases shown, in order, with their labels: the reference settings of each algorithm
@@ -42,24 +47,34 @@ def _save(fig, path: str) -> None:
 
 
 def throughput_figure(data: dict, path: str) -> None:
+    """tfrl, SB3 and (for the cases measured with `--sbx`) SBX side by side, tfrl's ratio to each
+    over its bar."""
     plt = _pyplot()
     cases = [c for c in THROUGHPUT_CASES if c in data["cases"]]
+    impls = [("tfrl", "tfrl (TensorFlow 2)", "#1f77b4"), ("sb3", "Stable-Baselines3 (PyTorch)", "#bbbbbb"),
+             ("sbx", "SBX (JAX)", "#8c8c8c")]
+    shown = [i for i in impls if any(f"{i[0]}_median" in data["cases"][c] for c in cases)]
     fig, ax = plt.subplots(figsize=(8.2, 4.0))
-    width = 0.38
+    width = 0.8 / len(shown)
     for i, case in enumerate(cases):
         r = data["cases"][case]
-        ours, sb3 = r["tfrl_median"], r["sb3_median"]
-        ax.bar(i - width / 2, ours, width, color="#1f77b4", label="tfrl (TensorFlow 2)" if i == 0 else None)
-        ax.bar(i + width / 2, sb3, width, color="#bbbbbb", label="Stable-Baselines3 (PyTorch)" if i == 0 else None)
-        ax.text(i - width / 2, ours, f"{ours / sb3:.2f}x", ha="center", va="bottom", fontsize=10, fontweight="bold")
+        ours = r["tfrl_median"]
+        ratios = [f"{ours / r[f'{key}_median']:.2f}x {key.upper()}" for key, _, _ in shown[1:] if f"{key}_median" in r]
+        for j, (key, label, color) in enumerate(shown):
+            if f"{key}_median" in r:
+                ax.bar(i + (j - (len(shown) - 1) / 2) * width, r[f"{key}_median"], width, color=color,
+                       label=label if i == 0 else None)
+        ax.text(i - (len(shown) - 1) / 2 * width, ours, "\n".join(ratios), ha="center", va="bottom", fontsize=8.5,
+                fontweight="bold")
     ax.set_xticks(range(len(cases)), [THROUGHPUT_CASES[c] for c in cases], fontsize=8.5)
     ax.set_yscale("log")
+    ax.set_ylim(top=ax.get_ylim()[1] * 2.5)
     ax.set_ylabel("training env steps/s (log scale)")
     ax.set_title("Training loop throughput, same machine, same settings")
     ax.legend(loc="upper left", fontsize=9)
     ax.grid(axis="y", alpha=0.3, which="both")
     fig.text(0.01, -0.04, "2-core CPU, no GPU; medians of whole processes alternating. "
-             "uv run python benchmarks/compare_sb3.py (benchmarks/results/sb3_comparison.json)", fontsize=7.5)
+             "uv run python benchmarks/compare_sb3.py --sbx (benchmarks/results/sb3_comparison.json)", fontsize=7.5)
     _save(fig, path)
     plt.close(fig)
 
@@ -95,6 +110,23 @@ def ga_figure(data: dict, path: str) -> None:
     plt.close(fig)
 
 
+# README curve figures: name -> the curves CSV aggregate.py wrote (relative to benchmarks/learning/)
+CURVE_FIGURES = {
+    "curves_td3_halfcheetah.png": "td3_tfrl_vs_sb3/halfcheetah_rerun/curves_halfcheetah.csv",
+    "curves_sac_halfcheetah.png": "sac_tfrl_vs_sb3/curves_halfcheetah.csv",
+}
+
+
+def curve_figure(csv_path: str, path: str) -> None:
+    import csv
+
+    from analysis.curves import curves_from_rows
+    from analysis.plots import plot_curves
+
+    with open(csv_path, newline="") as f:
+        plot_curves(path, *curves_from_rows(list(csv.DictReader(f))))
+
+
 def main(argv=None) -> list[str]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=os.path.join(ROOT, "docs", "figures"))
@@ -109,6 +141,15 @@ def main(argv=None) -> list[str]:
             data = json.load(f)
         path = os.path.join(args.out, name)
         draw(data, path)
+        written.append(path)
+        print(f"wrote {os.path.relpath(path, ROOT)}")
+    for name, source in CURVE_FIGURES.items():
+        source = os.path.join(ROOT, "benchmarks", "learning", source)
+        if not os.path.exists(source):
+            print(f"skipped {name}: no {os.path.relpath(source, ROOT)}")
+            continue
+        path = os.path.join(args.out, name)
+        curve_figure(source, path)
         written.append(path)
         print(f"wrote {os.path.relpath(path, ROOT)}")
     return written

@@ -1,7 +1,9 @@
 """Stable-Baselines3's training loop in env steps/s, with the settings of a tfrl run, for the
-side-by-side in benchmarks/compare_sb3.py. Runs in SB3's own venv (benchmarks/setup_sb3.sh):
+side-by-side in benchmarks/compare_sb3.py. Runs in SB3's own venv (benchmarks/setup_sb3.sh), or
+with `--impl sbx` SBX's (Stable-Baselines Jax, the same API on JAX; benchmarks/setup_sbx.sh):
 
     benchmarks/.venv-sb3/bin/python benchmarks/sb3_throughput.py td3 Ant-v5 --hidden 256 256 --batch 256
+    benchmarks/.venv-sbx/bin/python benchmarks/sb3_throughput.py td3 Ant-v5 --impl sbx
 
 Prints one JSON line: the median env steps/s over `--repeats` intervals of `--steps` steps, after
 `--warmup` random steps (SB3's learning_starts) and one interval that absorbs start-up costs.
@@ -15,10 +17,11 @@ import json
 import statistics
 import time
 
+import importlib
+
 import gymnasium as gym
 import numpy as np
 import torch
-from stable_baselines3 import DDPG, DQN, SAC, TD3
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.noise import NormalActionNoise
 
@@ -54,6 +57,15 @@ def time_updates(model, a) -> dict:
     return {"update_ms": per_update(1, 50), f"fused_x{a.fuse}_update_ms": per_update(a.fuse, max(1, 50 // a.fuse))}
 
 
+def versions(impl: str) -> dict:
+    if impl == "sbx":
+        import jax
+        import sbx
+
+        return {"sbx": sbx.__version__, "jax": jax.__version__}
+    return {"torch": torch.__version__, "threads": torch.get_num_threads()}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("algo", choices=["td3", "ddpg", "sac", "dqn"])
@@ -69,7 +81,11 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--update-only", action="store_true", help="time SB3's train() alone")
     p.add_argument("--fuse", type=int, default=16, help="gradient steps per train() call (--update-only)")
+    p.add_argument("--impl", choices=["sb3", "sbx"], default="sb3",
+                   help="Stable-Baselines3 (PyTorch) or SBX (JAX): the same classes and arguments")
     a = p.parse_args()
+    lib = importlib.import_module("stable_baselines3" if a.impl == "sb3" else "sbx")
+    DDPG, DQN, SAC, TD3 = lib.DDPG, lib.DQN, lib.SAC, lib.TD3
 
     env = gym.make(a.env)
     common = dict(
@@ -77,6 +93,8 @@ def main() -> None:
         train_freq=a.train_freq, gradient_steps=a.gradient_steps, buffer_size=a.buffer, seed=a.seed,
         device="cpu", verbose=0,
     )
+    if a.impl == "sbx":
+        common.pop("device")  # JAX places itself (the CPU here)
     if a.algo == "dqn":
         model = DQN("MlpPolicy", env, **common)
     elif a.algo == "sac":  # SB3's defaults otherwise: learned temperature from 1, target entropy -|A|
@@ -86,8 +104,7 @@ def main() -> None:
         noise = NormalActionNoise(np.zeros(n), 0.1 * np.ones(n))
         model = (TD3 if a.algo == "td3" else DDPG)("MlpPolicy", env, action_noise=noise, **common)
     if a.update_only:
-        print(json.dumps({**time_updates(model, a), "torch": torch.__version__, "threads": torch.get_num_threads(),
-                          "settings": vars(a)}))
+        print(json.dumps({**time_updates(model, a), **versions(a.impl), "settings": vars(a)}))
         return
     timer = StepTimer(a.steps)
     total = a.warmup + a.steps * (a.repeats + 1)
@@ -95,8 +112,7 @@ def main() -> None:
     marks = [(s, t) for s, t in timer.marks if s >= a.warmup + a.steps]  # skip the first interval
     rates = [(s1 - s0) / (t1 - t0) for (s0, t0), (s1, t1) in zip(marks, marks[1:])]
     print(json.dumps({
-        "loop_steps_per_s": statistics.median(rates), "rates": rates, "torch": torch.__version__,
-        "threads": torch.get_num_threads(), "settings": vars(a),
+        "loop_steps_per_s": statistics.median(rates), "rates": rates, **versions(a.impl), "settings": vars(a),
     }))
 
 
