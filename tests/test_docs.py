@@ -1,6 +1,6 @@
 """The docs cannot drift: docs/configuration.md is what docs/reference.py writes from conf/, it names
-every key of the composed config, and every `python train.py` command quoted in README.md and
-docs/ composes with Hydra."""
+every key of the composed config, and every command quoted in README.md and docs/ composes with
+Hydra (train.py's also passes its checks) or names only options the script's --help lists."""
 import glob
 import os
 import re
@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -40,26 +40,104 @@ def test_every_key_of_a_composed_config_is_in_the_reference(make_cfg, overrides)
     assert not missing, f"not in docs/configuration.md: {missing}"
 
 
-def quoted_commands() -> list[tuple[str, list[str]]]:
-    """(where, overrides) of every `python train.py ...` line quoted in README.md and docs/*.md that
-    runs one job from the config (not multirun, not resume, no placeholders)."""
+SCRIPT = re.compile(r"(?<![\w/.-])python (?P<script>[\w/]+\.py)(?P<args>[^`#\n]*)")
+
+
+def quoted_commands() -> list[tuple[str, str, str]]:
+    """(where, script, arguments) of every `python <script>.py ...` quoted in README.md and
+    docs/*.md, run by the project's interpreter (not `.venv-sb3/bin/python ...`)."""
     found = []
-    for path in [os.path.join(ROOT, "README.md"), *glob.glob(os.path.join(ROOT, "docs", "*.md"))]:
+    for path in [os.path.join(ROOT, "README.md"), *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]:
         for n, line in enumerate(open(path), 1):
-            m = re.search(r"python train\.py(?P<args>[^`#\n]*)", line)
-            if not m:
-                continue
-            args = shlex.split(m["args"])
-            if any(a in ("-m", "--multirun") or a.startswith(("resume=", "-")) or "<" in a or "..." in a for a in args):
-                continue
-            found.append((f"{os.path.basename(path)}:{n}", args))
+            for m in SCRIPT.finditer(line):
+                found.append((f"{os.path.basename(path)}:{n}", m["script"], m["args"]))
     return found
 
 
-@pytest.mark.parametrize("where,overrides", quoted_commands(), ids=lambda x: x if isinstance(x, str) else None)
-def test_every_quoted_command_composes(make_cfg, where, overrides):
-    from training.config import validate
+def hydra_config_name(script: str) -> str | None:
+    """The config a Hydra script composes, or None for an argparse script."""
+    m = re.search(r'config_name="(\w+)"', open(os.path.join(ROOT, script)).read())
+    return m and m[1]
 
-    cfg = make_cfg(*overrides)
-    OmegaConf.resolve(cfg)
-    validate(cfg)
+
+def single_job(args: str) -> list[str]:
+    """The overrides of one job of a quoted command: each sweep (`seed=0,1,2`, `seed='range(10)'`)
+    at its first value; an Optuna search space (`interval(...)`) is left to the sweeper; Hydra's
+    flags (`-m`, `--cfg job`) dropped; an optional `[key=a|b|<c>]` of a usage line at its first
+    choice; placeholders (`run_dir=outputs/<date>/<time>`, `run_dir=...`) made a path."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    args = re.sub(r"(?<!\S)(--cfg \w+|--?[\w-]+)", "", args)
+    args = re.sub(r"\[([\w.]+=[^|\]]*)[^\]]*\]", r"\1", args)
+    plain = [re.sub(r"<[^>]*>|\.\.\.", "x", o) for o in shlex.split(args)]
+    out = []
+    for o in OverridesParser.create().parse_overrides(plain):
+        if o.is_sweep_override():
+            if "interval" in o.input_line:
+                continue
+            value = next(iter(o.sweep_string_iterator()))
+            out.append(f"{o.get_key_element()}={value}")
+        else:
+            out.append(o.input_line)
+    return out
+
+
+COMMANDS = quoted_commands()
+
+
+def test_one_job_of_a_quoted_command():
+    assert single_job(" -m agent=td3,ddpg seed='range(10)' agent.lr=1e-4 'agent.tau=tag(log, interval(1e-3, 1e-1))'") == [
+        "agent=td3", "seed=0", "agent.lr=1e-4"]
+    assert single_job(" run_dir=outputs/<date>/<time> [checkpoint=latest|best|<step>] --cfg job") == [
+        "run_dir=outputs/x/x", "checkpoint=latest"]
+
+
+def test_a_misspelled_quoted_command_would_fail():
+    with pytest.raises(Exception, match="agent.learning_rate"):
+        test_every_quoted_command_composes_or_parses("here", "train.py", " agent=td3 agent.learning_rate=1e-3")
+    with pytest.raises(AssertionError, match="--bogus"):
+        test_every_quoted_command_composes_or_parses("here", "aggregate.py", " multirun/x --bogus 3")
+
+
+def test_the_docs_quote_commands():
+    scripts = {script for _, script, _ in COMMANDS}
+    assert {"train.py", "evaluate.py", "aggregate.py"} <= scripts, scripts
+
+
+@pytest.mark.parametrize("where,script,args", COMMANDS, ids=[f"{w}" for w, _, _ in COMMANDS])
+def test_every_quoted_command_composes_or_parses(where, script, args):
+    """A Hydra entrypoint's command composes (train.py's also passes train.py's checks); an argparse
+    script's command names only options its --help lists."""
+    from hydra import compose, initialize_config_dir
+
+    assert os.path.exists(os.path.join(ROOT, script)), f"{where}: no such script {script}"
+    config_name = hydra_config_name(script)
+    if config_name is None:
+        helped = script_help(script)
+        unknown = [flag for flag in re.findall(r"(?<![\w-])--[\w-]+", args) if flag not in helped]
+        assert not unknown, f"{where}: {script} has no options {unknown}"
+        return
+    overrides = single_job(args)
+    resumed = any(o.startswith("resume=") for o in overrides)
+    with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
+        cfg = compose(config_name=config_name, overrides=[o for o in overrides if not o.startswith("resume=")],
+                      return_hydra_config=True)
+    if script == "train.py" and not resumed:
+        from training.config import validate
+
+        with open_dict(cfg):
+            del cfg["hydra"]
+        OmegaConf.resolve(cfg)
+        validate(cfg)
+
+
+_HELP: dict[str, str] = {}
+
+
+def script_help(script: str) -> str:
+    if script not in _HELP:
+        proc = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, f"`python {script} --help` failed: {proc.stderr[-2000:]}"
+        _HELP[script] = proc.stdout
+    return _HELP[script]
