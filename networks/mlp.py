@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import keras
 
 from networks import precision
+from networks.batch_renorm import BatchRenorm, check_renorm
 from networks.sharding import Network
 
 INITS = ("torch", "keras")
@@ -57,6 +58,11 @@ def mlp(
     l2: float = 0.0,
     init: str = "torch",
     name: str = "mlp",
+    actor_hidden: Sequence[int] | None = None,
+    batch_renorm: bool = False,
+    renorm_momentum: float = 0.01,
+    renorm_epsilon: float = 1e-3,
+    renorm_warmup: int = 100_000,
 ) -> keras.Model:
     """A dense network `input_dim -> hidden... -> output_dim`, built (its weights exist on return).
 
@@ -64,18 +70,34 @@ def mlp(
     a penalty of l2/2 * sum(w**2), whose gradient is l2 * w, as PyTorch's `weight_decay` gives the
     kernels (it decays every parameter it is given, biases too) and the DDPG paper's "L2 weight
     decay of 1e-2". It appears in `model.losses`. `init`: see `dense`.
+    `actor_hidden`, when given, are the hidden sizes of a network named actor* (SB3's separate
+    `net_arch` for pi and qf). `batch_renorm` puts a Batch Renormalization layer before every Dense
+    layer, the input's included (CrossQ's networks, as sb3-contrib builds them), with the
+    `renorm_*` settings (`networks.batch_renorm`).
     """
+    if actor_hidden is not None and name.startswith("actor"):
+        hidden = actor_hidden
     if any(int(h) < 1 for h in hidden):
-        raise ValueError(f"network.hidden sizes must be positive integers, got {list(hidden)}")
+        raise ValueError(f"network.{'actor_' if hidden is actor_hidden else ''}hidden sizes must be positive integers, "
+                         f"got {list(hidden)}")
+    if batch_renorm:
+        check_renorm(renorm_momentum, renorm_epsilon, renorm_warmup)
     regularizer = weight_decay(l2)
     inputs = keras.Input(shape=(int(input_dim),), name=f"{name}_in")
+
+    def renorm(x, i):
+        if not batch_renorm:
+            return x
+        return BatchRenorm(renorm_momentum, renorm_epsilon, renorm_warmup, name=f"{name}_brn{i}")(x)
+
     x, fan_in = inputs, int(input_dim)
     for i, units in enumerate(hidden):
-        x = dense(units, fan_in, init, activation=activation, kernel_regularizer=regularizer, name=f"{name}_h{i}")(x)
+        x = dense(units, fan_in, init, activation=activation, kernel_regularizer=regularizer,
+                  name=f"{name}_h{i}")(renorm(x, i))
         fan_in = int(units)
     outputs = dense(
         output_dim, fan_in, init, activation=output_activation, kernel_regularizer=regularizer, name=f"{name}_out"
-    )(x)
+    )(renorm(x, len(hidden)))
     return Network(inputs, outputs, name=name)
 
 

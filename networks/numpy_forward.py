@@ -1,4 +1,5 @@
-"""Run a Keras dense network's forward pass in numpy (MLPs; SimBa's residual blocks with LayerNorm).
+"""Run a Keras dense network's forward pass in numpy (MLPs; SimBa's residual blocks with LayerNorm;
+CrossQ's Batch Renormalization in inference mode).
 
 For one observation, a tf.function call costs hundreds of microseconds of fixed overhead while
 the arithmetic of a 256-256 MLP takes a few; acting in numpy on the same weights removes that
@@ -10,6 +11,8 @@ from typing import Callable, NamedTuple
 
 import keras
 import numpy as np
+
+from networks.batch_renorm import BatchRenorm
 
 _ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "linear": lambda x: x,
@@ -37,9 +40,15 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, epsilon: floa
     return (x - mean) / np.sqrt(var + epsilon) * gamma + beta
 
 
+def batch_renorm_inference(x: np.ndarray, scale: np.ndarray, bias: np.ndarray, running_mean: np.ndarray,
+                           running_var: np.ndarray, epsilon: float) -> np.ndarray:
+    return (x - running_mean) / np.sqrt(running_var + epsilon) * scale + bias
+
+
 class Step(NamedTuple):
     """One layer of a parsed network: `kind` dense|layer_norm|add, its first weight's index in
-    `model.weights`, the value slots it reads, and the layer (for its activation and epsilon)."""
+    `model.weights`, the value slots it reads, and the layer (for its activation and epsilon);
+    batch_renorm runs in inference mode."""
 
     kind: str
     first_weight: int
@@ -75,6 +84,8 @@ def parse_program(model: keras.Model) -> tuple[list[Step], int] | None:
             kind = "layer_norm"
         elif isinstance(layer, keras.layers.Add):
             kind = "add"
+        elif isinstance(layer, BatchRenorm):
+            kind = "batch_renorm"  # in inference mode: an affine map by the running statistics
         else:
             return None
         program.append(Step(kind, first_weight, in_slots, layer))
@@ -99,6 +110,8 @@ def graph_forward_fn(model: keras.Model) -> Callable[[list[np.ndarray], np.ndarr
             ops.append(lambda w, x, i=i, act=_activation(step.layer): act(x @ w[i] + w[i + 1]))
         elif step.kind == "layer_norm":
             ops.append(lambda w, x, i=i, eps=float(step.layer.epsilon): layer_norm(x, w[i], w[i + 1], eps))
+        elif step.kind == "batch_renorm":
+            ops.append(lambda w, x, i=i, eps=step.layer.epsilon: batch_renorm_inference(x, *w[i:i + 4], eps))
         else:
             ops.append(None)
     program = [(op, step.inputs) for op, step in zip(ops, steps)]

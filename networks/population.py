@@ -23,6 +23,10 @@ def population_forward_fn(model: keras.Model) -> Callable[[list[tf.Tensor], tf.T
             f"and Add are supported); use network=mlp or network=simba."
         )
     steps, output = parsed
+    if any(step.kind == "batch_renorm" for step in steps):
+        raise ValueError(f"network {model.name!r} has Batch Renormalization layers, which normalize over a batch of "
+                         f"one individual's observations that a population step does not have; set "
+                         f"network.batch_renorm=false.")
 
     def per_unit(w: tf.Tensor) -> tf.Tensor:
         return w[:, None, :]  # (P, units) -> (P, 1, units): one row per individual, broadcast over B

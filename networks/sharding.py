@@ -40,11 +40,17 @@ def current_shards() -> int:
 
 @keras.saving.register_keras_serializable(package="tfrl")
 class Network(keras.Model):
-    """A functional Keras model (`Network(inputs, outputs)`) that honours `batch_shards`."""
+    """A functional Keras model (`Network(inputs, outputs)`) that honours `batch_shards`, unless a
+    layer's output for one row depends on the others (Batch Renormalization's batch statistics),
+    where shards would change what it computes."""
+
+    @property
+    def batch_dependent(self) -> bool:
+        return any(getattr(layer, "batch_dependent", False) for layer in self.layers)
 
     def call(self, inputs, training=None, mask=None):
         n = current_shards()
-        if n == 1:
+        if n == 1 or self.batch_dependent:
             return super().call(inputs, training=training, mask=mask)
         parts = [super(Network, self).call(x, training=training, mask=mask) for x in tf.split(inputs, n)]
         return tf.concat(parts, axis=0)

@@ -28,6 +28,8 @@ def combinations():
             continue  # the action space does not fit: refused with a message (test_train_cli)
         if network == "dueling_mlp" and not discrete_agent:
             continue  # a dueling head is a Q-network head
+        if agent == "crossq" and network != "mlp":
+            continue  # CrossQ needs Batch Renormalization, which only mlp has: refused (test_train_cli)
         yield agent, network, buffer, env
 
 

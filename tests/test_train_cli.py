@@ -95,6 +95,12 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
         (["agent=sac", "agent.tau=1.5"], "agent.tau must lie in (0, 1]"),
         (["agent.policy_delay=0"], "agent.policy_delay must be an integer >= 1"),
         (["network.init=xavier"], "network.init must be one of torch, keras"),
+        (["agent=crossq", "network=simba"], "agent=crossq needs Batch Renormalization in its networks"),
+        (["agent=crossq", "network.batch_renorm=false"], "agent=crossq needs Batch Renormalization in its networks"),
+        (["agent=crossq", "agent.policy_delay=0"], "agent.policy_delay must be an integer >= 1 (3 in CrossQ"),
+        (["agent=crossq", "speed.batch_shards=2"], "speed.batch_shards=2 with network.batch_renorm=true"),
+        (["agent=crossq", "network.renorm_momentum=0"], "network.renorm_momentum must be in (0, 1]"),
+        (["agent=crossq", "env=cartpole"], "CrossQ needs a continuous (Box) action space"),
         (["agent=sac", "network=simba", "network.blocks=0"], "network.blocks must be an integer >= 1"),
         (["network=simba", "network.width=0"], "network.width must be a positive integer"),
         (["network=simba", "network.obs_norm=maybe"], "network.obs_norm must be true or false, got 'maybe'"),
@@ -122,12 +128,12 @@ def test_bad_input_gets_a_clear_message_and_nonzero_exit(tmp_path, overrides, me
 @pytest.mark.parametrize(
     "overrides,message",
     [
-        (["agent=ppo"], "error: agent=ppo names no config in conf/agent/; the choices are ddpg, dqn, ga, sac, td3."),
-        (["agent=nosuchagent"], "error: agent=nosuchagent names no config in conf/agent/; the choices are ddpg, dqn, ga, sac, td3."),
+        (["agent=ppo"], "error: agent=ppo names no config in conf/agent/; the choices are crossq, ddpg, dqn, ga, sac, td3."),
+        (["agent=nosuchagent"], "error: agent=nosuchagent names no config in conf/agent/; the choices are crossq, ddpg, dqn, ga, sac, td3."),
         (["env=nosuchenv"], "error: env=nosuchenv names no config in conf/env/; the choices are acrobot, ant, "),
         (["env=pendullum"], "the choices are acrobot, ant, cartpole, gridworld, halfcheetah, hopper, humanoid, "
                             "inverted_pendulum, mountaincar, pendulum, reacher, walker2d. Did you mean env=pendulum?"),
-        (["-m", "agent=td3,dqm"], "error: agent=dqm names no config in conf/agent/; the choices are ddpg, dqn, ga, sac, td3. "
+        (["-m", "agent=td3,dqm"], "error: agent=dqm names no config in conf/agent/; the choices are crossq, ddpg, dqn, ga, sac, td3. "
                                   "Did you mean agent=dqn?"),
     ],
 )

@@ -12,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 from hydra.errors import InstantiationException
 from hydra.utils import get_class, get_object, instantiate
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from agents.base import Agent
 from agents.compiled import CompiledAgent, CompiledPopulation
@@ -95,8 +95,12 @@ def uses_obs_norm(cfg: DictConfig) -> bool:
 
 
 def decide_speed(cfg: DictConfig) -> Speed:
-    """The run's `speed` group with `auto` decided for this machine."""
-    return decide(cfg.speed, network_widths(cfg.network), int(cfg.batch_size))
+    """The run's `speed` group with `auto` decided for this machine; no batch shards for a network
+    with batch statistics (Batch Renormalization), where they would change what it computes."""
+    speed = cfg.speed
+    if cfg.network.get("batch_renorm", False) and speed.batch_shards == "auto":
+        speed = OmegaConf.merge(speed, {"batch_shards": 1})
+    return decide(speed, network_widths(cfg.network), int(cfg.batch_size))
 
 
 def network_widths(network: DictConfig) -> list | None:

@@ -84,10 +84,10 @@ def validate(cfg: DictConfig) -> None:
     every = cfg.logger.every
     if not isinstance(every, int) or isinstance(every, bool) or every <= 0:
         raise ConfigError(f"logger.every must be a positive integer, got {every!r}; set e.g. logger.every=1000.")
-    validate_speed(cfg.speed, batch)
+    validate_speed(cfg.speed, batch, cfg.network.get("batch_renorm", False) is True)
 
 
-def validate_speed(speed: DictConfig, batch_size: int) -> None:
+def validate_speed(speed: DictConfig, batch_size: int, batch_statistics: bool = False) -> None:
     """The `speed` group: each setting in its range, `auto` where it may be."""
     if speed.compile not in ("eager", "graph", "xla"):
         raise ConfigError(f"speed.compile must be eager, graph or xla, got {speed.compile!r}; set e.g. speed=fast (graph) or speed=eager.")
@@ -113,6 +113,12 @@ def validate_speed(speed: DictConfig, batch_size: int) -> None:
     if shards != "auto":
         if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
             raise ConfigError(f"speed.batch_shards must be a positive integer or auto, got {shards!r}; set e.g. speed.batch_shards=auto.")
+        if shards > 1 and batch_statistics:
+            raise ConfigError(
+                f"speed.batch_shards={shards} with network.batch_renorm=true: Batch Renormalization normalizes each "
+                f"row by the statistics of the whole batch, which shards would cut into parts; set "
+                f"speed.batch_shards=1 (or auto, which picks 1 for such a network)."
+            )
         if batch_size % shards:
             raise ConfigError(
                 f"batch_size ({batch_size}) does not split into speed.batch_shards={shards} equal shards; set a "

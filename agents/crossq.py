@@ -1,0 +1,196 @@
+"""CrossQ (Bhatt et al., ICLR 2024, "CrossQ: Batch Normalization in Deep Reinforcement Learning for
+Greater Sample Efficiency and Simplicity"), in the order of sb3-contrib's `CrossQ.train()`.
+
+SAC without target networks: the critics carry Batch Renormalization (`network.batch_renorm`) and
+see the current and the next state-action pairs in one joint forward pass, so that the batch
+statistics of every layer are those of both; the next pairs' Q values, cut from the gradient, give
+the soft target r + discount * (min(Q1, Q2)(s', a') - alpha * log pi(a'|s')), a' ~ pi(.|s') drawn
+with the actor in inference mode. The critics' loss is half the sum of their mean squared errors.
+Every `policy_delay`-th update the actor, in training mode, samples a ~ pi(.|s); the temperature
+steps on -log_alpha * (log pi + target_entropy), and the actor on alpha * log pi - min(Q1, Q2)(s, a)
+with the critics in inference mode (their running statistics) and the temperature from before
+this update. Adam's beta_1 is 0.5 for the actor and critics, 0.9 for the temperature.
+
+Where sb3-contrib and SBX differ, this follows sb3-contrib (the unbiased batch variance, renorm
+from the warmup's (W+1)-th call on), except for the squashed Gaussian's log density, computed
+exactly as in SBX and this project's SAC (sb3-contrib adds 1e-6 inside log(1 - tanh(u)^2)).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from agents import losses
+from agents.acting import Forward
+from agents.base import ActionBox, adam, tf_seed
+from agents.deterministic import DeterministicActor
+from agents.sac import check_target_entropy
+from buffers.types import Batch
+
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # sb3-contrib's (SB3's SAC) clamp on the policy's log std
+
+
+def clipped_log_std(raw):
+    """The policy head's raw log std clamped to [LOG_STD_MIN, LOG_STD_MAX] (tf or numpy)."""
+    if isinstance(raw, np.ndarray):
+        return np.clip(raw, LOG_STD_MIN, LOG_STD_MAX)
+    return tf.clip_by_value(raw, LOG_STD_MIN, LOG_STD_MAX)
+
+
+def joint_q(critic: keras.Model, batch: Batch, next_action: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Q(s, a) and Q(s', a') from one training-mode pass over the 2B rows of both, so that the batch
+    statistics are those of the two batches together (the paper's concatenated forward)."""
+    q = DeterministicActor.q(critic, tf.concat([batch.obs, batch.next_obs], axis=0),
+                             tf.concat([batch.action, next_action], axis=0), training=True)
+    return tf.split(q, 2, axis=0)
+
+
+def crossq_critic_loss(q1: tf.Tensor, q2: tf.Tensor, target: tf.Tensor, weight: tf.Tensor | None = None) -> tf.Tensor:
+    """0.5 * (mse(Q1, y) + mse(Q2, y)): sb3-contrib's 0.5 * sum over the critics."""
+    return 0.5 * losses.td3_critic_loss(q1, q2, target, weight)
+
+
+class CrossQ:
+    ACTION_KIND = "continuous"
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_low: np.ndarray,
+        action_high: np.ndarray,
+        network: Callable[..., keras.Model],
+        rng: np.random.Generator,
+        actor_lr: float = 1e-3,
+        critic_lr: float = 1e-3,
+        alpha_lr: float = 1e-3,
+        beta_1: float = 0.5,
+        policy_delay: int = 3,
+        init_alpha: float = 1.0,
+        target_entropy: float | str = "auto",
+    ):
+        if isinstance(policy_delay, bool) or not isinstance(policy_delay, int) or policy_delay < 1:
+            raise ValueError(f"agent.policy_delay must be an integer >= 1 (3 in CrossQ: the actor steps on every "
+                             f"third update), got {policy_delay!r}")
+        if isinstance(init_alpha, bool) or not isinstance(init_alpha, (int, float)) or not init_alpha > 0:
+            raise ValueError(f"agent.init_alpha must be a positive number (1.0 in sb3-contrib), got {init_alpha!r}")
+        if isinstance(beta_1, bool) or not isinstance(beta_1, (int, float)) or not 0 <= beta_1 < 1:
+            raise ValueError(f"agent.beta_1 must be in [0, 1) (0.5 in CrossQ, 0.9 Adam's default), got {beta_1!r}")
+        self.obs_dim = int(obs_dim)
+        self.box = ActionBox(action_low, action_high)
+        self.action_dim, self.action_spec = self.box.dim, self.box.spec
+        self.low, self.high = self.box.low, self.box.high
+        self.policy_delay = int(policy_delay)
+        self.target_entropy = check_target_entropy(target_entropy, self.action_dim)
+        self._rng = rng
+        self._tf_rng = tf.random.Generator.from_seed(tf_seed(rng))
+
+        self.actor = network(self.obs_dim, 2 * self.action_dim, name="actor")  # mean and raw log std
+        critic_in = self.obs_dim + self.action_dim
+        self.critic1, self.critic2 = network(critic_in, 1, name="critic1"), network(critic_in, 1, name="critic2")
+        if not all(getattr(n, "batch_dependent", False) for n in (self.actor, self.critic1, self.critic2)):
+            raise ValueError("agent=crossq needs Batch Renormalization in its networks (it keeps no target networks; "
+                             "the batch statistics of the joint forward pass stand in for them): use network=mlp, whose "
+                             "preset for CrossQ sets network.batch_renorm=true, and leave batch_renorm on.")
+        self.log_alpha = tf.Variable(math.log(init_alpha), dtype=tf.float32, name="log_alpha")
+        self._critic_vars = self.critic1.trainable_variables + self.critic2.trainable_variables
+        self.actor_optimizer, self.critic_optimizer = adam(actor_lr, beta_1), adam(critic_lr, beta_1)
+        self.alpha_optimizer = adam(alpha_lr)
+        self.actor_optimizer.build(self.actor.trainable_variables)
+        self.critic_optimizer.build(self._critic_vars)
+        self.alpha_optimizer.build([self.log_alpha])
+        self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
+        # the delayed step's losses, last written when it ran (metrics of every update)
+        self._actor_loss = tf.Variable(0.0, trainable=False, name="actor_loss")
+        self._alpha_loss = tf.Variable(0.0, trainable=False, name="alpha_loss")
+        self._entropy = tf.Variable(0.0, trainable=False, name="entropy")
+        self.acting = Forward(self.actor)
+
+    # --- the policy -----------------------------------------------------------------------
+    def sample(self, obs: tf.Tensor, training: bool) -> tuple[tf.Tensor, tf.Tensor]:
+        """a ~ pi(.|s) in the env's box, reparameterised, and log pi(a|s) of its squashed form; the
+        actor's Batch Renormalization in training mode (its statistics move) or inference mode."""
+        mean, raw = tf.split(self.actor(obs, training=training), 2, axis=-1)
+        noise = self._tf_rng.normal(tf.shape(mean))
+        squashed, log_prob = losses.squashed_gaussian(mean, clipped_log_std(raw), noise)
+        return losses.scale_action(squashed, self.low, self.high), log_prob
+
+    def policy(self, obs: tf.Tensor) -> tf.Tensor:
+        mean, _ = tf.split(self.actor(obs, training=False), 2, axis=-1)
+        return losses.scale_action(tf.tanh(mean), self.low, self.high)
+
+    def act(self, obs: np.ndarray, explore: bool) -> np.ndarray:
+        """tanh(mean) in the box; with `explore`, tanh(mean + std * noise), the noise from the run's
+        generator. The actor in inference mode, as SB3 collects rollouts."""
+        out = self.acting(obs)
+        u = out[:, : self.action_dim]
+        if explore:
+            u = u + np.exp(clipped_log_std(out[:, self.action_dim:])) * self._rng.standard_normal(u.shape)
+        return self.box.from_unit(np.tanh(u)).astype(np.float32)
+
+    def host_metrics(self) -> dict[str, float]:
+        return {}
+
+    # --- the update -----------------------------------------------------------------------
+    def update(self, batch: Batch) -> dict[str, tf.Tensor]:
+        self.updates.assign_add(1)
+        alpha = tf.exp(self.log_alpha)  # this update's temperature: the value before its own step
+        next_action, next_log_prob = self.sample(batch.next_obs, training=False)
+        with tf.GradientTape() as tape:
+            q1, next_q1 = joint_q(self.critic1, batch, next_action)
+            q2, next_q2 = joint_q(self.critic2, batch, next_action)
+            next_q = tf.stop_gradient(tf.minimum(next_q1, next_q2))
+            target = losses.td_target(batch.reward, batch.discount, losses.soft_value(next_q, alpha, next_log_prob))
+            critic_loss = crossq_critic_loss(q1, q2, target, batch.weight)
+        self.critic_optimizer.apply_gradients(zip(tape.gradient(critic_loss, self._critic_vars), self._critic_vars))
+
+        tf.cond(self.updates % self.policy_delay == 0, lambda: self.delayed_update(batch.obs, alpha),
+                lambda: tf.constant(False))
+        return {
+            "critic_loss": critic_loss,
+            "actor_loss": tf.identity(self._actor_loss),
+            "alpha_loss": tf.identity(self._alpha_loss),
+            "alpha": alpha,
+            "entropy": tf.identity(self._entropy),
+            "q1": tf.reduce_mean(q1),
+            "q2": tf.reduce_mean(q2),
+            "target_q": tf.reduce_mean(target),
+            "td_error": tf.maximum(tf.abs(target - q1), tf.abs(target - q2)),
+        }
+
+    def delayed_update(self, obs: tf.Tensor, alpha: tf.Tensor) -> tf.Tensor:
+        """The temperature's step, then the actor's on the critics in inference mode."""
+        actor_vars = self.actor.trainable_variables
+        with tf.GradientTape() as actor_tape:
+            action, log_prob = self.sample(obs, training=True)
+        with tf.GradientTape() as tape:
+            alpha_loss = losses.temperature_loss(self.log_alpha, log_prob, self.target_entropy)
+        self.alpha_optimizer.apply_gradients(zip(tape.gradient(alpha_loss, [self.log_alpha]), [self.log_alpha]))
+        with actor_tape:
+            q_pi = tf.minimum(DeterministicActor.q(self.critic1, obs, action, training=False),
+                              DeterministicActor.q(self.critic2, obs, action, training=False))
+            actor_loss = losses.sac_actor_loss(alpha, log_prob, q_pi)
+        self.actor_optimizer.apply_gradients(zip(actor_tape.gradient(actor_loss, actor_vars), actor_vars))
+        self._actor_loss.assign(actor_loss)
+        self._alpha_loss.assign(alpha_loss)
+        self._entropy.assign(-tf.reduce_mean(log_prob))
+        return tf.constant(True)
+
+    def trackables(self) -> dict:
+        return {
+            "actor": self.actor,
+            "critic1": self.critic1,
+            "critic2": self.critic2,
+            "actor_optimizer": self.actor_optimizer,
+            "critic_optimizer": self.critic_optimizer,
+            "alpha_optimizer": self.alpha_optimizer,
+            "log_alpha": self.log_alpha,
+            "updates": self.updates,
+            "actor_loss": self._actor_loss,
+            "alpha_loss": self._alpha_loss,
+            "entropy": self._entropy,
+            "tf_rng": self._tf_rng,
+        }
