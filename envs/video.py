@@ -23,18 +23,48 @@ def camera_follower(env) -> Callable[[], None] | None:
     rewards, to call before each frame; None for other envs. gymnasium's v5 cameras for Ant and
     HalfCheetah stay where the episode began, so the robot leaves the frame within a few hundred
     steps. The camera keeps its distance, angles and height and moves over the ground with the
-    body: every frame, and every episode, is framed the same."""
+    body: every frame, and every episode, is framed the same. The floor goes along too
+    (`floor_follower`): it is drawn 40 m around the origin, and a trained Ant runs 90 m in an
+    episode."""
     base = env.unwrapped
     renderer = getattr(base, "mujoco_renderer", None)
     if renderer is None or not hasattr(base, "_forward_reward_weight"):
         return None
     body = getattr(base, "_main_body", 1)  # Ant-v5 names its rewarded body; the others reward body 1's motion
+    move_floor = floor_follower(base.model, base.data)
 
     def follow() -> None:
         camera = renderer._get_viewer(env.render_mode).cam  # gymnasium's renderer keeps one viewer per mode
         camera.lookat[:2] = base.data.body(body).xpos[:2]
+        move_floor(camera.lookat[:2])
 
     return follow
+
+
+def floor_follower(model, data) -> Callable[[np.ndarray], None]:
+    """A function that moves the drawn floor under a point, by whole periods of its texture, so the
+    checks stay where they are on the ground and the robot is seen to move over them. The floor is
+    an infinite plane to the physics, so moving it along itself changes no contact: only the part
+    MuJoCo draws (its `size`) moves. A no-op where there is no textured plane named floor."""
+    import mujoco
+
+    try:
+        geom = model.geom("floor")
+    except KeyError:
+        return lambda point: None
+    mat = int(model.geom_matid[geom.id])
+    if int(model.geom_type[geom.id]) != mujoco.mjtGeom.mjGEOM_PLANE or mat < 0:
+        return lambda point: None
+    repeat = model.mat_texrepeat[mat].astype(np.float64)
+    uniform = bool(model.mat_texuniform[mat])
+    period = 1.0 / repeat if uniform else 2.0 * model.geom_size[geom.id][:2] / repeat  # metres per texture repeat
+    origin = model.geom_pos[geom.id][:2].copy()
+
+    def move(point: np.ndarray) -> None:
+        model.geom_pos[geom.id][:2] = origin + np.round((point - origin) / period) * period
+        data.geom_xpos[geom.id][:2] = model.geom_pos[geom.id][:2]  # this frame's (a world geom: the same)
+
+    return move
 
 
 def _render_worker(conn, env_id: str, max_episode_steps, kwargs: dict, seed: int, episodes: int, prefix: str) -> None:

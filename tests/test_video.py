@@ -46,3 +46,51 @@ def test_the_camera_keeps_the_ant_in_view_wherever_it_runs():
     assert r["unfollowed"] == 0  # gymnasium's own camera stays behind: the ant is out of the frame
     assert abs(r["followed"] - r["start"]) < 0.1 * r["start"]  # followed, it is framed as at the start
     assert r["kinds"] == {"HalfCheetah-v5": True, "Hopper-v5": True, "Reacher-v5": False, "InvertedPendulum-v5": False}
+
+
+FLOOR_CHILD = r"""
+import json, os, sys
+os.environ.setdefault("MUJOCO_GL", "egl")
+sys.path.insert(0, os.getcwd())
+import numpy as np
+from envs.factory import make_env
+from envs.video import camera_follower
+
+def floor_pixels(img):  # the light checks of Ant's floor: green over red and blue (rgb 0.8 0.9 0.8 lit)
+    r, g, b = (img[..., i].astype(int) for i in range(3))
+    return int(((g > r + 8) & (g > b + 8)).sum())
+
+def run(follow_floor):
+    env = make_env("Ant-v5", seed=0, render_mode="rgb_array")
+    env.reset(seed=0)
+    base = env.unwrapped
+    follow = camera_follower(env)
+    qpos = base.data.qpos.copy()
+    qpos[:2] += (92.0, -3.0)  # where a 300k-step TD3 ant ended its evaluation episode
+    base.set_state(qpos, base.data.qvel.copy())
+    if follow_floor:
+        follow()
+    else:  # the camera alone, as before the floor went along
+        base.mujoco_renderer._get_viewer("rgb_array").cam.lookat[:2] = base.data.body("torso").xpos[:2]
+    pixels = floor_pixels(np.asarray(env.render()))
+    rng = np.random.default_rng(0)
+    for _ in range(50):  # the physics: the same with the drawn floor moved
+        env.step(rng.uniform(-1, 1, size=8))
+    return pixels, base.data.qpos.tolist(), base.model.geom("floor").pos[:2].tolist()
+
+with_floor, qpos_a, floor_a = run(True)
+without, qpos_b, floor_b = run(False)
+print(json.dumps({"with": with_floor, "without": without, "same_physics": qpos_a == qpos_b, "floor": floor_a}))
+"""
+
+
+def test_the_floor_goes_along_with_the_camera_without_changing_the_physics():
+    """92 m out, past the 40 m of floor gymnasium's Ant draws, the floor is under the ant (moved by
+    whole texture periods of 80/60 m), and the same actions give the same states bit for bit."""
+    proc = subprocess.run([sys.executable, "-c", FLOOR_CHILD], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["without"] == 0 and r["with"] > 20000, r
+    assert r["same_physics"], r
+    period = 80.0 / 60.0
+    assert abs(r["floor"][0] / period - round(r["floor"][0] / period)) < 1e-9 and abs(r["floor"][0] - 92.0) < period
