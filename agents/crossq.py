@@ -25,21 +25,11 @@ import numpy as np
 import tensorflow as tf
 
 from agents import losses
-from agents.acting import Forward
-from agents.base import ActionBox, adam, tf_seed
+from agents.base import adam
 from agents.deterministic import DeterministicActor
 from agents.sac import check_target_entropy
+from agents.stochastic import SquashedGaussianActor
 from buffers.types import Batch
-
-LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # sb3-contrib's (SB3's SAC) clamp on the policy's log std
-
-
-def clipped_log_std(raw):
-    """The policy head's raw log std clamped to [LOG_STD_MIN, LOG_STD_MAX] (tf or numpy)."""
-    if isinstance(raw, np.ndarray):
-        return np.clip(raw, LOG_STD_MIN, LOG_STD_MAX)
-    return tf.clip_by_value(raw, LOG_STD_MIN, LOG_STD_MAX)
-
 
 def joint_q(critic: keras.Model, batch: Batch, next_action: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """Q(s, a) and Q(s', a') from one training-mode pass over the 2B rows of both, so that the batch
@@ -54,8 +44,8 @@ def crossq_critic_loss(q1: tf.Tensor, q2: tf.Tensor, target: tf.Tensor, weight: 
     return 0.5 * losses.td3_critic_loss(q1, q2, target, weight)
 
 
-class CrossQ:
-    ACTION_KIND = "continuous"
+class CrossQ(SquashedGaussianActor):
+    log_std = staticmethod(losses.clipped_log_std)  # sb3-contrib's clamp to [-20, 2]
 
     def __init__(
         self,
@@ -79,18 +69,11 @@ class CrossQ:
             raise ValueError(f"agent.init_alpha must be a positive number (1.0 in sb3-contrib), got {init_alpha!r}")
         if isinstance(beta_1, bool) or not isinstance(beta_1, (int, float)) or not 0 <= beta_1 < 1:
             raise ValueError(f"agent.beta_1 must be in [0, 1) (0.5 in CrossQ, 0.9 Adam's default), got {beta_1!r}")
-        self.obs_dim = int(obs_dim)
-        self.box = ActionBox(action_low, action_high)
-        self.action_dim, self.action_spec = self.box.dim, self.box.spec
-        self.low, self.high = self.box.low, self.box.high
+        super().__init__(obs_dim, action_low, action_high, network, rng)
         self.policy_delay = int(policy_delay)
         self.target_entropy = check_target_entropy(target_entropy, self.action_dim)
-        self._rng = rng
-        self._tf_rng = tf.random.Generator.from_seed(tf_seed(rng))
 
-        self.actor = network(self.obs_dim, 2 * self.action_dim, name="actor")  # mean and raw log std
-        critic_in = self.obs_dim + self.action_dim
-        self.critic1, self.critic2 = network(critic_in, 1, name="critic1"), network(critic_in, 1, name="critic2")
+        self.critic1, self.critic2 = self.critic_network(network, "critic1"), self.critic_network(network, "critic2")
         if not all(getattr(n, "batch_dependent", False) for n in (self.actor, self.critic1, self.critic2)):
             raise ValueError("agent=crossq needs Batch Renormalization in its networks (it keeps no target networks; "
                              "the batch statistics of the joint forward pass stand in for them): use network=mlp, whose "
@@ -107,32 +90,6 @@ class CrossQ:
         self._actor_loss = tf.Variable(0.0, trainable=False, name="actor_loss")
         self._alpha_loss = tf.Variable(0.0, trainable=False, name="alpha_loss")
         self._entropy = tf.Variable(0.0, trainable=False, name="entropy")
-        self.acting = Forward(self.actor)
-
-    # --- the policy -----------------------------------------------------------------------
-    def sample(self, obs: tf.Tensor, training: bool) -> tuple[tf.Tensor, tf.Tensor]:
-        """a ~ pi(.|s) in the env's box, reparameterised, and log pi(a|s) of its squashed form; the
-        actor's Batch Renormalization in training mode (its statistics move) or inference mode."""
-        mean, raw = tf.split(self.actor(obs, training=training), 2, axis=-1)
-        noise = self._tf_rng.normal(tf.shape(mean))
-        squashed, log_prob = losses.squashed_gaussian(mean, clipped_log_std(raw), noise)
-        return losses.scale_action(squashed, self.low, self.high), log_prob
-
-    def policy(self, obs: tf.Tensor) -> tf.Tensor:
-        mean, _ = tf.split(self.actor(obs, training=False), 2, axis=-1)
-        return losses.scale_action(tf.tanh(mean), self.low, self.high)
-
-    def act(self, obs: np.ndarray, explore: bool) -> np.ndarray:
-        """tanh(mean) in the box; with `explore`, tanh(mean + std * noise), the noise from the run's
-        generator. The actor in inference mode, as SB3 collects rollouts."""
-        out = self.acting(obs)
-        u = out[:, : self.action_dim]
-        if explore:
-            u = u + np.exp(clipped_log_std(out[:, self.action_dim:])) * self._rng.standard_normal(u.shape)
-        return self.box.from_unit(np.tanh(u)).astype(np.float32)
-
-    def host_metrics(self) -> dict[str, float]:
-        return {}
 
     # --- the update -----------------------------------------------------------------------
     def update(self, batch: Batch) -> dict[str, tf.Tensor]:

@@ -91,9 +91,22 @@ def soft_update(target_vars, online_vars, tau: float) -> None:
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # CleanRL's SAC bounds on the policy's log standard deviation
 
 
-def bounded_log_std(raw: tf.Tensor) -> tf.Tensor:
-    """The policy head's raw output squashed into [LOG_STD_MIN, LOG_STD_MAX] (CleanRL's SAC)."""
-    return LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (tf.tanh(raw) + 1.0)
+def bounded_log_std(raw):
+    """The policy head's raw output squashed into [LOG_STD_MIN, LOG_STD_MAX] (CleanRL's SAC); a
+    tensor, or a numpy array for acting."""
+    tanh = np.tanh if isinstance(raw, np.ndarray) else tf.tanh
+    return LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (tanh(raw) + 1.0)
+
+
+CLIP_LOG_STD_MIN = -20.0  # SB3's (and sb3-contrib's CrossQ's) clamp on the log std: [-20, 2]
+
+
+def clipped_log_std(raw):
+    """The policy head's raw output clamped to [CLIP_LOG_STD_MIN, LOG_STD_MAX] (SB3's SAC, sb3-contrib's
+    CrossQ); a tensor, or a numpy array for acting."""
+    if isinstance(raw, np.ndarray):
+        return np.clip(raw, CLIP_LOG_STD_MIN, LOG_STD_MAX)
+    return tf.clip_by_value(raw, CLIP_LOG_STD_MIN, LOG_STD_MAX)
 
 
 def squashed_gaussian(mean: tf.Tensor, log_std: tf.Tensor, noise: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

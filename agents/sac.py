@@ -20,9 +20,9 @@ import numpy as np
 import tensorflow as tf
 
 from agents import losses
-from agents.acting import Forward
-from agents.base import ActionBox, adam, check_tau, copy_of, tf_seed
+from agents.base import adam, check_tau, copy_of
 from agents.deterministic import DeterministicActor
+from agents.stochastic import SquashedGaussianActor
 from buffers.types import Batch
 
 
@@ -34,9 +34,7 @@ def check_target_entropy(value, action_dim: int) -> float:
     return float(value)
 
 
-class SAC:
-    ACTION_KIND = "continuous"
-
+class SAC(SquashedGaussianActor):
     def __init__(
         self,
         obs_dim: int,
@@ -53,20 +51,13 @@ class SAC:
     ):
         if isinstance(init_alpha, bool) or not isinstance(init_alpha, (int, float)) or not init_alpha > 0:
             raise ValueError(f"agent.init_alpha must be a positive number (1.0 in SB3 and CleanRL), got {init_alpha!r}")
-        self.obs_dim = int(obs_dim)
-        self.box = ActionBox(action_low, action_high)
-        self.action_dim, self.action_spec = self.box.dim, self.box.spec
-        self.low, self.high = self.box.low, self.box.high
+        super().__init__(obs_dim, action_low, action_high, network, rng)
         self.tau = check_tau(tau)
         self.target_entropy = check_target_entropy(target_entropy, self.action_dim)
-        self._rng = rng
-        self._tf_rng = tf.random.Generator.from_seed(tf_seed(rng))
 
-        self.actor = network(self.obs_dim, 2 * self.action_dim, name="actor")  # mean and raw log std
-        critic_in = self.obs_dim + self.action_dim
-        self.critic1, self.critic2 = network(critic_in, 1, name="critic1"), network(critic_in, 1, name="critic2")
-        self.critic1_target = copy_of(self.critic1, network(critic_in, 1, name="critic1_target"))
-        self.critic2_target = copy_of(self.critic2, network(critic_in, 1, name="critic2_target"))
+        self.critic1, self.critic2 = self.critic_network(network, "critic1"), self.critic_network(network, "critic2")
+        self.critic1_target = copy_of(self.critic1, self.critic_network(network, "critic1_target"))
+        self.critic2_target = copy_of(self.critic2, self.critic_network(network, "critic2_target"))
         self.log_alpha = tf.Variable(math.log(init_alpha), dtype=tf.float32, name="log_alpha")
         self._critic_vars = self.critic1.trainable_variables + self.critic2.trainable_variables
         self.actor_optimizer, self.critic_optimizer, self.alpha_optimizer = adam(actor_lr), adam(critic_lr), adam(alpha_lr)
@@ -76,32 +67,6 @@ class SAC:
         self._online = self.critic1.weights + self.critic2.weights
         self._targets = self.critic1_target.weights + self.critic2_target.weights
         self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
-        self.acting = Forward(self.actor)
-
-    # --- the policy -----------------------------------------------------------------------
-    def sample(self, obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """a ~ pi(.|s) in the env's box, reparameterised, and log pi(a|s) of its squashed form."""
-        mean, raw = tf.split(self.actor(obs, training=True), 2, axis=-1)
-        noise = self._tf_rng.normal(tf.shape(mean))
-        squashed, log_prob = losses.squashed_gaussian(mean, losses.bounded_log_std(raw), noise)
-        return losses.scale_action(squashed, self.low, self.high), log_prob
-
-    def policy(self, obs: tf.Tensor) -> tf.Tensor:
-        mean, _ = tf.split(self.actor(obs, training=False), 2, axis=-1)
-        return losses.scale_action(tf.tanh(mean), self.low, self.high)
-
-    def act(self, obs: np.ndarray, explore: bool) -> np.ndarray:
-        """tanh(mean) in the box; with `explore`, tanh(mean + std * noise), the noise from the run's generator."""
-        out = self.acting(obs)
-        u = out[:, : self.action_dim]
-        if explore:
-            raw = out[:, self.action_dim:]
-            log_std = losses.LOG_STD_MIN + 0.5 * (losses.LOG_STD_MAX - losses.LOG_STD_MIN) * (np.tanh(raw) + 1.0)
-            u = u + np.exp(log_std) * self._rng.standard_normal(u.shape)
-        return self.box.from_unit(np.tanh(u)).astype(np.float32)
-
-    def host_metrics(self) -> dict[str, float]:
-        return {}
 
     # --- the update -----------------------------------------------------------------------
     def update(self, batch: Batch) -> dict[str, tf.Tensor]:

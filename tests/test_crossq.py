@@ -9,7 +9,8 @@ import pytest
 import tensorflow as tf
 
 from agents import losses
-from agents.crossq import CrossQ, clipped_log_std, crossq_critic_loss
+from agents.crossq import CrossQ, crossq_critic_loss
+from agents.losses import clipped_log_std
 from helpers import compiled, one, random_batch
 from networks.batch_renorm import DMAX, RMAX, BatchRenorm
 from networks.mlp import mlp

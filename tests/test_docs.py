@@ -141,3 +141,20 @@ def script_help(script: str) -> str:
         assert proc.returncode == 0, f"`python {script} --help` failed: {proc.stderr[-2000:]}"
         _HELP[script] = proc.stdout
     return _HELP[script]
+
+
+def test_the_code_the_docs_quote_is_in_the_repository():
+    """Each line of a ```python or ```yaml block in docs/*.md is a line of some file of agents/,
+    conf/, networks/, training/ or tests/ (stripped): the walk-through quotes the code as it is."""
+    sources = set()
+    for folder in ("agents", "conf", "networks", "training", "tests"):
+        for path in glob.glob(os.path.join(ROOT, folder, "**", "*.*"), recursive=True):
+            if path.endswith((".py", ".yaml")):
+                sources.update(line.strip() for line in open(path))
+    stale = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))):
+        blocks = re.findall(r"```(?:python|yaml)\n(.*?)```", open(path).read(), flags=re.S)
+        for block in blocks:
+            stale += [f"{os.path.basename(path)}: {line.strip()}" for line in block.splitlines()
+                      if line.strip() and not line.strip().startswith("# ...") and line.strip() not in sources]
+    assert not stale, "quoted code not found in the repository:\n" + "\n".join(stale)
