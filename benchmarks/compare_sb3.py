@@ -54,6 +54,18 @@ CASES = {
         ["agent=sac", "env=ant"],
         ["sac", "Ant-v5", "--hidden", "256", "256", "--batch", "256", "--train-freq", "1"],
     ),
+    # CrossQ with sb3-contrib's networks (critics 1024-1024, actor 256-256; SB3 side: sb3-contrib's CrossQ)
+    "crossq_ant": (
+        ["agent=crossq", "env=ant"],
+        ["crossq", "Ant-v5", "--hidden", "256", "256", "--critic-hidden", "1024", "1024", "--batch", "256",
+         "--train-freq", "1"],
+    ),
+    # ... and at the width the learning comparisons use (critics 256-256)
+    "crossq_ant_256": (
+        ["agent=crossq", "env=ant", "network.hidden=[256,256]"],
+        ["crossq", "Ant-v5", "--hidden", "256", "256", "--critic-hidden", "256", "256", "--batch", "256",
+         "--train-freq", "1"],
+    ),
     "dqn_cartpole_every4": (
         ["agent=dqn", "env=cartpole", "network.hidden=[64,64]", "batch_size=64", "updates_per_step=0.25",
          "train_every=4", "buffer.capacity=1000000"],

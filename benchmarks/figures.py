@@ -28,8 +28,9 @@ RESULTS = os.path.join(ROOT, "benchmarks", "results")
 THROUGHPUT_CASES = {
     "td3_ant": "TD3, Ant-v5\n(256-256, batch 256)",
     "sac_ant": "SAC, Ant-v5\n(256-256, batch 256)",
-    "dqn_cartpole_every1": "DQN, CartPole-v1\n(64-64, update every step)",
-    "dqn_cartpole_every4": "DQN, CartPole-v1\n(64-64, every 4th step)",
+    "crossq_ant": "CrossQ, Ant-v5\n(critics 1024-1024)",
+    "dqn_cartpole_every1": "DQN, CartPole-v1\n(64-64, every step)",
+    "dqn_cartpole_every4": "DQN, CartPole-v1\n(64-64, every 4th)",
 }
 
 
@@ -51,10 +52,10 @@ def throughput_figure(data: dict, path: str) -> None:
     over its bar."""
     plt = _pyplot()
     cases = [c for c in THROUGHPUT_CASES if c in data["cases"]]
-    impls = [("tfrl", "tfrl (TensorFlow 2)", "#1f77b4"), ("sb3", "Stable-Baselines3 (PyTorch)", "#bbbbbb"),
+    impls = [("tfrl", "tfrl (TensorFlow 2)", "#1f77b4"), ("sb3", "Stable-Baselines3 (PyTorch; sb3-contrib's CrossQ)", "#bbbbbb"),
              ("sbx", "SBX (JAX)", "#8c8c8c")]
     shown = [i for i in impls if any(f"{i[0]}_median" in data["cases"][c] for c in cases)]
-    fig, ax = plt.subplots(figsize=(8.2, 4.0))
+    fig, ax = plt.subplots(figsize=(9.4, 4.0))
     width = 0.8 / len(shown)
     for i, case in enumerate(cases):
         r = data["cases"][case]

@@ -68,9 +68,11 @@ def versions(impl: str) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("algo", choices=["td3", "ddpg", "sac", "dqn"])
+    p.add_argument("algo", choices=["td3", "ddpg", "sac", "dqn", "crossq"])
     p.add_argument("env")
     p.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
+    p.add_argument("--critic-hidden", type=int, nargs="+", default=None,
+                   help="the critics' sizes when they differ from the actor's (net_arch qf; CrossQ)")
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--train-freq", type=int, default=1)
     p.add_argument("--gradient-steps", type=int, default=1)
@@ -86,10 +88,13 @@ def main() -> None:
     a = p.parse_args()
     lib = importlib.import_module("stable_baselines3" if a.impl == "sb3" else "sbx")
     DDPG, DQN, SAC, TD3 = lib.DDPG, lib.DQN, lib.SAC, lib.TD3
+    # CrossQ: sb3-contrib's beside SB3 (the reference of agent=crossq), SBX's own
+    CrossQ = importlib.import_module("sb3_contrib").CrossQ if a.impl == "sb3" else lib.CrossQ
 
     env = gym.make(a.env)
+    net_arch = list(a.hidden) if a.critic_hidden is None else dict(pi=list(a.hidden), qf=list(a.critic_hidden))
     common = dict(
-        policy_kwargs=dict(net_arch=list(a.hidden)), batch_size=a.batch, learning_starts=a.warmup,
+        policy_kwargs=dict(net_arch=net_arch), batch_size=a.batch, learning_starts=a.warmup,
         train_freq=a.train_freq, gradient_steps=a.gradient_steps, buffer_size=a.buffer, seed=a.seed,
         device="cpu", verbose=0,
     )
@@ -99,6 +104,8 @@ def main() -> None:
         model = DQN("MlpPolicy", env, **common)
     elif a.algo == "sac":  # SB3's defaults otherwise: learned temperature from 1, target entropy -|A|
         model = SAC("MlpPolicy", env, **common)
+    elif a.algo == "crossq":  # sb3-contrib's defaults otherwise: lr 1e-3, Adam beta_1 0.5, policy delay 3
+        model = CrossQ("MlpPolicy", env, **common)
     else:
         n = env.action_space.shape[0]
         noise = NormalActionNoise(np.zeros(n), 0.1 * np.ones(n))
