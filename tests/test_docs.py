@@ -158,3 +158,13 @@ def test_the_code_the_docs_quote_is_in_the_repository():
             stale += [f"{os.path.basename(path)}: {line.strip()}" for line in block.splitlines()
                       if line.strip() and not line.strip().startswith("# ...") and line.strip() not in sources]
     assert not stale, "quoted code not found in the repository:\n" + "\n".join(stale)
+
+
+def test_every_local_link_of_the_docs_resolves():
+    broken = []
+    for path in [os.path.join(ROOT, "README.md"), *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", open(path).read()):
+            if not target.startswith(("http://", "https://", "mailto:")) and \
+                    not os.path.exists(os.path.join(os.path.dirname(path), target)):
+                broken.append(f"{os.path.basename(path)}: {target}")
+    assert not broken, broken
