@@ -1,5 +1,5 @@
 """The docs cannot drift: docs/configuration.md is what docs/reference.py writes from conf/, it names
-every key of the composed config, and every command quoted in README.md and docs/ composes with
+every key of the composed config, and every command quoted in README.md, docs/ and benchmarks/README.md composes with
 Hydra (train.py's also passes its checks) or names only options the script's --help lists."""
 import glob
 import os
@@ -44,13 +44,15 @@ SCRIPT = re.compile(r"(?<![\w/.-])python (?P<script>[\w/]+\.py)(?P<args>[^`#\n]*
 
 
 def quoted_commands() -> list[tuple[str, str, str]]:
-    """(where, script, arguments) of every `python <script>.py ...` quoted in README.md and
-    docs/*.md, run by the project's interpreter (not `.venv-sb3/bin/python ...`)."""
+    """(where, script, arguments) of every `python <script>.py ...` quoted in README.md, docs/*.md
+    and benchmarks/README.md, run by the project's interpreter (not `.venv-sb3/bin/python ...`)."""
     found = []
-    for path in [os.path.join(ROOT, "README.md"), *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]:
+    for path in [os.path.join(ROOT, "README.md"), *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))),
+                 os.path.join(ROOT, "benchmarks", "README.md")]:
         for n, line in enumerate(open(path), 1):
             for m in SCRIPT.finditer(line):
-                found.append((f"{os.path.basename(path)}:{n}", m["script"], m["args"]))
+                where = f"{os.path.relpath(path, ROOT)}:{n}"
+                found.append((where, m["script"], m["args"].replace("\\", " ")))  # a continued line: its first part
     return found
 
 
