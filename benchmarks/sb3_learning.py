@@ -1,4 +1,4 @@
-"""Stable-Baselines3's TD3, DDPG, SAC or DQN, trained with the settings of the train.py run that the
+"""Stable-Baselines3's TD3, DDPG, SAC or DQN (and sb3-contrib's CrossQ), trained with the settings of the train.py run that the
 same overrides compose, and written as a run directory that aggregate.py reads: the reference check
 of tfrl's learning. Runs in SB3's venv (`bash benchmarks/setup_sb3.sh`):
 
@@ -19,6 +19,9 @@ reset is seeded with seed + 100, written to eval.csv with train.py's columns.
   (`ent_coef="auto_<init_alpha>"`) and the target entropy. SB3 clips the policy's log standard
   deviation to [-20, 2] where tfrl bounds it smoothly into [-5, 2] as CleanRL does; this is the one
   difference in the maths that remains.
+- CrossQ (sb3-contrib): one learning rate, the policy delay, the temperature's initial value and
+  the target entropy, the actor's and the critics' sizes (`net_arch` pi and qf), and Batch
+  Renormalization's momentum, epsilon and warm-up; Adam's beta_1 is sb3-contrib's 0.5.
 - DQN: learning rate, Huber loss, gradient-norm clip, and epsilon's line: tfrl's starts at
   `eps_start` when learning starts and falls over `eps_decay_steps`, SB3's is a line over the whole
   run from step 0, so SB3 gets the same line extended back to step 0 (its epsilon before
@@ -61,8 +64,8 @@ def sb3_settings(cfg: DictConfig) -> tuple[str, dict]:
     has no equivalent. The activation is named in `policy_kwargs["activation"]`, and DQN's
     `max_grad_norm` is None for no clip; `train` turns them into SB3's `activation_fn` and inf."""
     agent = str(cfg.agent._target_).rsplit(".", 1)[-1].lower()
-    if agent not in ("td3", "ddpg", "sac", "dqn"):
-        raise SettingError(f"agent {cfg.agent._target_}: only td3, ddpg, sac and dqn are compared with SB3 here")
+    if agent not in ("td3", "ddpg", "sac", "crossq", "dqn"):
+        raise SettingError(f"agent {cfg.agent._target_}: only td3, ddpg, sac, crossq and dqn are compared with SB3 here")
     problems = []
     if not str(cfg.network._target_).endswith(("mlp.mlp", "mlp.dueling_mlp")):
         problems.append(f"network {cfg.network._target_} (SB3's policies are MLPs: compare with network=mlp)")
@@ -84,7 +87,7 @@ def sb3_settings(cfg: DictConfig) -> tuple[str, dict]:
         batch_size=int(cfg.batch_size), gamma=float(cfg.gamma),
         train_freq=int(cfg.train_every), gradient_steps=int(gradient_steps),
         n_steps=int(cfg.buffer.get("n_step", 1)),  # same targets as SB3's NStepReplayBuffer: sb3_nstep_check.py
-        policy_kwargs=dict(net_arch=[int(h) for h in cfg.network.hidden], activation=str(cfg.network.activation)),
+        policy_kwargs=dict(net_arch=net_arch(cfg.network), activation=str(cfg.network.activation)),
         device="cpu", verbose=0,
     )
     if agent == "dqn":
@@ -96,6 +99,13 @@ def sb3_settings(cfg: DictConfig) -> tuple[str, dict]:
     return agent, kwargs
 
 
+def net_arch(network: DictConfig) -> list[int] | dict[str, list[int]]:
+    """SB3's net_arch: one list, or pi and qf apart where the actor has sizes of its own."""
+    hidden = [int(h) for h in network.hidden]
+    actor = network.get("actor_hidden")
+    return hidden if actor is None else dict(pi=[int(h) for h in actor], qf=hidden)
+
+
 def _actor_critic_settings(cfg: DictConfig, agent: str, problems: list[str]) -> dict:
     """TD3's, DDPG's and SAC's own arguments; what SB3 cannot reproduce is appended to `problems`."""
     a = cfg.agent
@@ -104,7 +114,16 @@ def _actor_critic_settings(cfg: DictConfig, agent: str, problems: list[str]) -> 
         problems.append(f"{', '.join(f'{k} {v}' for k, v in rates.items())} (SB3 has one learning_rate)")
     if float(a.get("critic_l2", 0.0)) != 0.0:
         problems.append("critic_l2 (SB3's critic has no weight decay)")
-    kwargs = dict(learning_rate=float(a.actor_lr), tau=float(a.tau))
+    kwargs = dict(learning_rate=float(a.actor_lr))
+    if "tau" in a:
+        kwargs["tau"] = float(a.tau)
+    if agent == "crossq":
+        if float(a.beta_1) != 0.5:
+            problems.append(f"agent.beta_1 {a.beta_1} (sb3-contrib's CrossQ uses Adam's beta_1 0.5)")
+        if not cfg.network.get("batch_renorm", False):
+            problems.append("network.batch_renorm=false (sb3-contrib's CrossQ has Batch Renormalization)")
+        kwargs.update(policy_delay=int(a.policy_delay), ent_coef=f"auto_{float(a.init_alpha)}",
+                      target_entropy=a.target_entropy)
     if agent == "sac":
         kwargs.update(ent_coef=f"auto_{float(a.init_alpha)}", target_entropy=a.target_entropy)
     if agent == "td3":
@@ -184,6 +203,13 @@ def train(cfg: DictConfig, run_dir: str, agent: str, kwargs: dict) -> dict:
         model = DQN("MlpPolicy", env, seed=int(cfg.seed), **model_kwargs)
     elif agent == "sac":
         model = SAC("MlpPolicy", env, seed=int(cfg.seed), **model_kwargs)
+    elif agent == "crossq":
+        from sb3_contrib import CrossQ
+
+        policy_kwargs.update(batch_norm=True, batch_norm_momentum=float(cfg.network.renorm_momentum),
+                             batch_norm_eps=float(cfg.network.renorm_epsilon),
+                             renorm_warmup_steps=int(cfg.network.renorm_warmup))
+        model = CrossQ("MlpPolicy", env, seed=int(cfg.seed), **model_kwargs)
     else:
         n = env.action_space.shape[0]  # SB3 acts in [-1, 1], so its noise is in units of the half-range
         noise = NormalActionNoise(np.zeros(n), float(cfg.agent.exploration_noise) * np.ones(n))

@@ -169,6 +169,17 @@ def test_sb3_learning_takes_the_settings_of_the_same_train_py_run():
     assert kwargs["n_steps"] == 3
 
 
+def test_sb3_learning_gives_sb3_contribs_crossq_the_same_settings():
+    agent, kwargs = _sb3_learning().sb3_settings(_compose_sb3("agent=crossq", "env=hopper", "network.hidden=[256,256]"))
+    assert agent == "crossq" and "tau" not in kwargs
+    assert kwargs["policy_kwargs"] == {"net_arch": {"pi": [256, 256], "qf": [256, 256]}, "activation": "relu"}
+    assert (kwargs["learning_rate"], kwargs["policy_delay"], kwargs["ent_coef"], kwargs["target_entropy"]) == \
+        (1e-3, 3, "auto_1.0", "auto")
+    module = _sb3_learning()
+    with pytest.raises(module.SettingError, match="beta_1 0.9"):
+        module.sb3_settings(_compose_sb3("agent=crossq", "agent.beta_1=0.9"))
+
+
 def test_sb3_learning_refuses_what_sb3_cannot_reproduce_and_names_each():
     module = _sb3_learning()
     with pytest.raises(module.SettingError) as err:
