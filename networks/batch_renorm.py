@@ -87,7 +87,8 @@ class BatchRenorm(keras.layers.Layer):
             self.running_mean.assign_add(self.momentum * (tf.stop_gradient(batch_mean) - self.running_mean))
             self.running_var.assign_add(self.momentum * (tf.stop_gradient(batch_var) - self.running_var))
             self.calls.assign_add(1.0)
-        return (x - mean) / tf.sqrt(var + self.epsilon) * self.scale + self.bias
+        a = self.scale * tf.math.rsqrt(var + self.epsilon)  # per feature: one scale and one shift on the batch
+        return x * a + (self.bias - mean * a)
 
     def compute_output_shape(self, input_shape):
         return input_shape
