@@ -50,6 +50,10 @@ class Agent(Protocol):
     def host_metrics(self) -> dict[str, float]:
         """Metrics kept outside the graph (DQN's epsilon), added to every update's."""
 
+    # Optional: `eval_acting` (a Forward), when evaluation and export act with another network than
+    # exploration (TD7's checkpoint policy); `trains_at_episode_ends` and `episode_end(length, return)
+    # -> updates due`, when the agent's updates come at episode ends rather than per env step (TD7).
+
     def trackables(self) -> dict[str, Any]:
         """Everything a checkpoint holds: networks, targets, optimizers, counters, in-graph RNGs."""
 

@@ -107,7 +107,8 @@ class CompiledAgent:
         self.compile_mode = compile
         self.update_precision = check_precision(update_precision)
         self.batch_shards = check_shards(batch_shards)
-        agent.acting.use_numpy(numpy_acting)
+        for forward in self._forwards():
+            forward.use_numpy(numpy_acting)
         self.signature = batch_signature(agent.obs_dim, agent.action_spec)
         self._metric_spec = None
         self._update_one = compile_fn(lambda b: self._with_weights(self._update_in_context(b)), [self.signature], compile)
@@ -143,7 +144,22 @@ class CompiledAgent:
         self.agent.acting.receive(flat)
 
     def refresh(self) -> None:
-        self.agent.acting.refresh()
+        for forward in self._forwards():
+            forward.refresh()
+
+    def _forwards(self) -> list:
+        """The agent's acting, and its evaluation acting where that is another network (TD7's checkpoint)."""
+        evaluation = getattr(self.agent, "eval_acting", self.agent.acting)
+        return [self.agent.acting] + ([evaluation] if evaluation is not self.agent.acting else [])
+
+    @property
+    def trains_at_episode_ends(self) -> bool:
+        """Whether the agent's updates come at episode ends (`episode_end`) instead of per env step."""
+        return bool(getattr(self.agent, "trains_at_episode_ends", False))
+
+    def episode_end(self, length: int, ret: float) -> int:
+        """A training episode's end, for an agent that trains at episode ends: the updates due now."""
+        return self.agent.episode_end(length, ret)
 
     def trackables(self) -> dict[str, Any]:
         return {**self.agent.trackables(), **({"obs_norm": self.obs_norm} if self.obs_norm is not None else {})}

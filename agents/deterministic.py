@@ -14,6 +14,16 @@ from agents.acting import Forward
 from agents.base import ActionBox, adam, copy_of, tf_seed
 
 
+def box_action(box: ActionBox, unit: np.ndarray, rng: np.random.Generator, noise: float | None) -> np.ndarray:
+    """A tanh policy's output in [-1, 1] as actions in the box; with a `noise` (not None), plus
+    Gaussian noise of std `noise * half_range`, clipped to the box (sfujim/TD3's and TD7's exploration)."""
+    action = box.from_unit(unit)
+    if noise is not None:
+        action = np.clip(action + rng.normal(0.0, noise, size=action.shape) * box.half_np, box.low_np, box.high_np,
+                         out=action)
+    return action.astype(np.float32, copy=False)
+
+
 class DeterministicActor:
     ACTION_KIND = "continuous"
 
@@ -54,11 +64,7 @@ class DeterministicActor:
     def act(self, obs: np.ndarray, explore: bool) -> np.ndarray:
         """Actions for a batch of observations; with `explore`, Gaussian noise of std
         `exploration_noise * half_range`, clipped to the action box."""
-        action = self.box.from_unit(self.acting(obs))
-        if explore:
-            noise = self._rng.normal(0.0, self.exploration_noise, size=action.shape) * self.box.half_np
-            action = np.clip(action + noise, self.box.low_np, self.box.high_np, out=action)
-        return action.astype(np.float32, copy=False)
+        return box_action(self.box, self.acting(obs), self._rng, self.exploration_noise if explore else None)
 
     def host_metrics(self) -> dict[str, float]:
         return {}

@@ -13,11 +13,12 @@ class PolicyModule(tf.Module):
     `signatures()` gives `serving_default` (input `obs`, output `action`), which TF Serving,
     `saved_model_cli` and other languages' loaders call. It tracks the acting network, the only
     one `agent.policy` reads. With `obs_norm`, observations are normalized first, under its
-    statistics at export."""
+    statistics at export. An agent that evaluates with another network than it explores with
+    (TD7's checkpoint policy) exports that one (`eval_acting`)."""
 
     def __init__(self, agent: Agent, obs_norm: RunningNormalizer | None = None):
         super().__init__(name="policy")
-        self.network = agent.acting.network
+        self.network = getattr(agent, "eval_acting", agent.acting).network
         if obs_norm is None:
             self._policy = agent.policy
         else:

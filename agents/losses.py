@@ -135,3 +135,17 @@ def temperature_loss(log_alpha: tf.Tensor, log_prob: tf.Tensor, target_entropy: 
     """The temperature's loss: -log_alpha * (log pi + target_entropy), the policy's log density held
     fixed (SB3's and softlearning's form, on log alpha)."""
     return -tf.reduce_mean(log_alpha * tf.stop_gradient(log_prob + target_entropy))
+
+
+def lap_huber(td_abs: tf.Tensor, min_priority: float = 1.0) -> tf.Tensor:
+    """LAP's critic loss (sfujim/TD7 `LAP_huber`): per element 0.5 * x**2 below `min_priority`,
+    min_priority * x from there (not a Huber loss's min_priority * (x - min_priority / 2): the
+    gradients agree, the values do not), summed over the critics' columns, averaged over the batch."""
+    per_element = tf.where(td_abs < min_priority, 0.5 * tf.square(td_abs), min_priority * td_abs)
+    return tf.reduce_mean(tf.reduce_sum(per_element, axis=-1))
+
+
+def squared_td(td_abs: tf.Tensor) -> tf.Tensor:
+    """The critics' squared TD errors summed over their columns, averaged over the batch: TD3's
+    mse(Q1, y) + mse(Q2, y) for a (B, 2) array of |TD errors|."""
+    return tf.reduce_mean(tf.reduce_sum(tf.square(td_abs), axis=-1))

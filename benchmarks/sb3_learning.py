@@ -215,40 +215,60 @@ def train(cfg: DictConfig, run_dir: str, agent: str, kwargs: dict) -> dict:
         noise = NormalActionNoise(np.zeros(n), float(cfg.agent.exploration_noise) * np.ones(n))
         model = {"td3": TD3, "ddpg": DDPG}[agent]("MlpPolicy", env, action_noise=noise, seed=int(cfg.seed), **model_kwargs)
     policy = SB3Policy(model)
-    total, every, episodes, eval_seed = int(cfg.total_steps), int(cfg.eval_every), int(cfg.eval_episodes), int(cfg.seed) + 100
-    evals: list[dict] = []
-    t0 = time.perf_counter()
-    path = os.path.join(run_dir, "eval.csv")
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-
-        def record(step: int) -> None:
-            result = {"step": step, **evaluate(policy, eval_env, episodes, eval_seed), "wall_time": time.perf_counter() - t0}
-            if not evals:  # train.py's columns, with success_rate where the env reports it
-                writer.writerow(result.keys())
-            evals.append(result)
-            writer.writerow(result.values())
-            f.flush()
-            print(f"step {step}: eval return {result['return_mean']:.1f}", flush=True)
+    total, every = int(cfg.total_steps), int(cfg.eval_every)
+    with EvalLog(run_dir, policy, eval_env, cfg) as log:
 
         class EvalEvery(BaseCallback):
             def _on_step(self) -> bool:
                 if self.num_timesteps % every == 0 and self.num_timesteps < total:
-                    record(self.num_timesteps)
+                    log.record(self.num_timesteps)
                 # SB3 collects whole phases of train_freq steps; stop at total_steps as train.py
                 # does, without the phase the rest would have reached
                 return self.num_timesteps < total or total % kwargs["train_freq"] == 0
 
-        record(0)
+        log.record(0)
         model.learn(total_timesteps=total, callback=EvalEvery())
-        record(model.num_timesteps)
-    wall = time.perf_counter() - t0
-    returns = [e["return_mean"] for e in evals]
-    return {"stopped": False, "steps": int(model.num_timesteps), "final_return": returns[-1],
-            "best_return": max(returns), "wall_time": wall, "steps_per_second": model.num_timesteps / wall,
-            "implementation": "stable-baselines3", "agent": agent, "env": cfg.env.id,
-            "sb3_settings": kwargs,
-            "torch_threads": torch.get_num_threads()}
+        log.record(model.num_timesteps)
+    return {**log.summary(int(model.num_timesteps)), "implementation": "stable-baselines3", "agent": agent,
+            "env": cfg.env.id, "sb3_settings": kwargs, "torch_threads": torch.get_num_threads()}
+
+
+class EvalLog:
+    """A reference implementation's evaluations, as train.py's: `cfg.eval_episodes` episodes of
+    `policy` on `eval_env` (its first reset seeded with seed + 100) at each `record(step)`, written
+    to run_dir/eval.csv with train.py's columns as they come."""
+
+    def __init__(self, run_dir: str, policy, eval_env, cfg: DictConfig):
+        self.policy, self.eval_env = policy, eval_env
+        self.episodes, self.seed = int(cfg.eval_episodes), int(cfg.seed) + 100
+        self.path = os.path.join(run_dir, "eval.csv")
+        self.evals: list[dict] = []
+
+    def __enter__(self) -> "EvalLog":
+        self._file = open(self.path, "w", newline="")
+        self._writer = csv.writer(self._file)
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.wall = time.perf_counter() - self.t0
+        self._file.close()
+
+    def record(self, step: int) -> None:
+        result = {"step": step, **evaluate(self.policy, self.eval_env, self.episodes, self.seed),
+                  "wall_time": time.perf_counter() - self.t0}
+        if not self.evals:  # train.py's columns, with success_rate where the env reports it
+            self._writer.writerow(result.keys())
+        self.evals.append(result)
+        self._writer.writerow(result.values())
+        self._file.flush()
+        print(f"step {step}: eval return {result['return_mean']:.1f}", flush=True)
+
+    def summary(self, steps: int) -> dict:
+        """summary.json's common keys, once the log is closed."""
+        returns = [e["return_mean"] for e in self.evals]
+        return {"stopped": False, "steps": steps, "final_return": returns[-1], "best_return": max(returns),
+                "wall_time": self.wall, "steps_per_second": steps / self.wall}
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="sb3_learning")

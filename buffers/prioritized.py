@@ -6,7 +6,14 @@ The loss of each sample is scaled by its importance-sampling weight (N * P(i))^-
 the batch's largest weight; beta anneals linearly from `beta` to 1 over `beta_steps` transitions
 stored (env steps, as OpenAI baselines' schedule), so `beta_steps=total_steps` reaches 1 at the end
 of the run whatever the update cadence. A batch is stratified over the whole priority mass; the n
-batches of a fused phase (`sample_batches`) are n such batches, drawn from the same priorities.
+batches of a fused phase (`sample_batches`) are n such batches, drawn from the same priorities; the
+loop draws one batch per update (`draws_together` is False), so each sees the priorities of the last.
+
+LAP (Fujimoto, Meger & Precup 2020, "An Equivalence between Loss Functions and Non-Uniform Sampling
+in Experience Replay"; TD7's replay) is this buffer with three settings (conf/buffer/lap.yaml):
+`min_priority` 1, so a priority is max(|TD error|, 1)**alpha, without importance weights
+(`importance_weights=false`; the agent's Huber loss stands in for them), and the largest priority,
+which new transitions get, reset to the largest stored every `max_reset_every` updates.
 """
 from __future__ import annotations
 
@@ -17,7 +24,17 @@ from buffers.types import Batch, split_batch
 from buffers.uniform import UniformReplay
 
 
+def priority(td_error: np.ndarray, eps: float, min_priority: float = 0.0) -> np.ndarray:
+    """A transition's priority before the power alpha: |TD error| + eps (Schaul et al.), or with
+    LAP's floor, max(|TD error|, min_priority)."""
+    if min_priority > 0:
+        return np.maximum(np.abs(td_error), min_priority)
+    return np.abs(td_error) + eps
+
+
 class PrioritizedReplay(UniformReplay):
+    draws_together = False  # the loop samples each update's batch after the last update's priorities
+
     def __init__(
         self,
         capacity: int,
@@ -31,6 +48,9 @@ class PrioritizedReplay(UniformReplay):
         beta: float = 0.4,
         beta_steps: int = 100_000,
         eps: float = 1e-6,
+        min_priority: float = 0.0,
+        importance_weights: bool = True,
+        max_reset_every: int = 0,
     ):
         if alpha < 0:
             raise ValueError(f"buffer.alpha must be >= 0 (0 = uniform), got {alpha}")
@@ -38,8 +58,19 @@ class PrioritizedReplay(UniformReplay):
             raise ValueError(f"buffer.beta must lie in [0, 1], got {beta}")
         if eps <= 0:
             raise ValueError(f"buffer.eps must be > 0, got {eps}")
+        if isinstance(min_priority, bool) or not isinstance(min_priority, (int, float)) or min_priority < 0:
+            raise ValueError(f"buffer.min_priority must be a number >= 0 (LAP: 1; 0: none), got {min_priority!r}")
+        if not isinstance(importance_weights, bool):
+            raise ValueError(f"buffer.importance_weights must be true or false, got {importance_weights!r}")
+        if isinstance(max_reset_every, bool) or not isinstance(max_reset_every, int) or max_reset_every < 0:
+            raise ValueError(f"buffer.max_reset_every must be an integer >= 0 (updates between resets of the largest "
+                             f"priority; 0: never), got {max_reset_every!r}")
         super().__init__(capacity, obs_dim, action_dim, gamma, rng, discrete_actions, n_step)
         self.alpha, self.beta0, self.beta_steps, self.eps = float(alpha), float(beta), int(beta_steps), float(eps)
+        self.min_priority, self.importance_weights = float(min_priority), importance_weights
+        self.max_reset_every = max_reset_every
+        self._updates_seen = 0  # batches whose priorities came back: the clock of max_reset_every
+        self._last_n = 0
         self._tree = SumTree(self.capacity)
         self._max_priority = 1.0
         self._stored = 0  # transitions ever added: the clock of beta's annealing
@@ -74,25 +105,38 @@ class PrioritizedReplay(UniformReplay):
         values = (np.arange(batch_size) + self._rng.random((n, batch_size))) * (total / batch_size)
         idx = np.minimum(self._tree.find(values.reshape(-1)), len(self) - 1)
         probs = self._tree.get(idx) / total
-        weights = ((len(self) * probs) ** (-self.beta)).reshape(n, batch_size)
-        weights = (weights / weights.max(axis=1, keepdims=True)).astype(np.float32)
-        self.last_indices = idx
+        if self.importance_weights:
+            weights = ((len(self) * probs) ** (-self.beta)).reshape(n, batch_size)
+            weights = (weights / weights.max(axis=1, keepdims=True)).astype(np.float32)
+        else:
+            weights = np.ones((n, batch_size), np.float32)
+        self.last_indices, self._last_n = idx, n
         return self._batch(idx, weights.reshape(-1))
 
     def update_priorities(self, td_error) -> None:
         if self.last_indices is None:
             raise RuntimeError("update_priorities called before sample")
-        p = np.abs(np.asarray(td_error, dtype=np.float64)).reshape(-1) + self.eps
+        p = priority(np.asarray(td_error, dtype=np.float64).reshape(-1), self.eps, self.min_priority)
         if p.shape[0] != self.last_indices.shape[0]:
             raise ValueError(f"got {p.shape[0]} TD errors for a batch of {self.last_indices.shape[0]}")
         self._tree.set(self.last_indices, p**self.alpha)
         self._max_priority = max(self._max_priority, float(p.max()))
+        before, self._updates_seen = self._updates_seen, self._updates_seen + self._last_n
+        if self.max_reset_every and before // self.max_reset_every != self._updates_seen // self.max_reset_every:
+            self.reset_max_priority()
+
+    def reset_max_priority(self) -> None:
+        """The largest priority, which new transitions get, back to the largest stored (LAP in TD7,
+        at each target update)."""
+        if self.alpha > 0 and len(self):
+            self._max_priority = float(self._tree.get(np.arange(len(self))).max()) ** (1.0 / self.alpha)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         state = super().state_dict()
         state["priorities"] = self._tree.state_dict()["leaves"]
         state["max_priority"] = np.asarray(self._max_priority)
         state["stored"] = np.asarray(self._stored, dtype=np.int64)
+        state["updates_seen"] = np.asarray(self._updates_seen, dtype=np.int64)
         return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
@@ -101,3 +145,4 @@ class PrioritizedReplay(UniformReplay):
         self._max_priority = float(state["max_priority"])
         # a state saved before the clock counted stored transitions: what the buffer holds
         self._stored = int(state["stored"]) if "stored" in state else len(self)
+        self._updates_seen = int(state["updates_seen"]) if "updates_seen" in state else 0

@@ -24,6 +24,8 @@ class Batch(NamedTuple):
 
 
 class Buffer(Protocol):
+    draws_together: bool  # whether the batches of a phase may be drawn at once, or one per update (priorities)
+
     def add(self, obs, action, reward, next_obs, terminated, truncated) -> None: ...
     def sample(self, batch_size: int) -> Batch: ...
     def sample_batches(self, batch_size: int, n: int) -> Batch:

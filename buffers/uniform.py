@@ -12,6 +12,8 @@ from buffers.types import Batch, copy_rows, split_batch
 
 
 class UniformReplay:
+    draws_together = True  # the n batches of a fused phase may be drawn at once (no priorities between them)
+
     def __init__(
         self,
         capacity: int,

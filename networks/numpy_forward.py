@@ -1,5 +1,5 @@
 """Run a Keras dense network's forward pass in numpy (MLPs; SimBa's residual blocks with LayerNorm;
-CrossQ's Batch Renormalization in inference mode).
+CrossQ's Batch Renormalization in inference mode; TD7's policy, its encoder and actor models in one).
 
 For one observation, a tf.function call costs hundreds of microseconds of fixed overhead while
 the arithmetic of a 256-256 MLP takes a few; acting in numpy on the same weights removes that
@@ -46,9 +46,9 @@ def batch_renorm_inference(x: np.ndarray, scale: np.ndarray, bias: np.ndarray, r
 
 
 class Step(NamedTuple):
-    """One layer of a parsed network: `kind` dense|layer_norm|add, its first weight's index in
-    `model.weights`, the value slots it reads, and the layer (for its activation and epsilon);
-    batch_renorm runs in inference mode."""
+    """One layer of a parsed network: `kind` dense|layer_norm|add|concat|avg_l1_norm|batch_renorm,
+    its first weight's index in `model.weights`, the value slots it reads, and the layer (for its
+    activation and epsilon); batch_renorm runs in inference mode."""
 
     kind: str
     first_weight: int
@@ -56,49 +56,76 @@ class Step(NamedTuple):
     layer: keras.layers.Layer
 
 
+def _kind(layer: keras.layers.Layer, inputs: list) -> str | None:
+    """The step a layer is, or None if the numpy forward pass cannot run it."""
+    from networks.sale import AvgL1Norm
+
+    rank = len(inputs[0].shape)
+    if isinstance(layer, keras.layers.Dense):
+        return "dense" if layer.use_bias and _activation(layer) is not None else None
+    if isinstance(layer, keras.layers.LayerNormalization):
+        plain = layer.center and layer.scale and not getattr(layer, "rms_scaling", False)
+        return "layer_norm" if plain and list(layer.axis) in ([-1], [rank - 1]) else None
+    if isinstance(layer, keras.layers.Concatenate):
+        return "concat" if layer.axis in (-1, rank - 1) else None
+    kinds = {keras.layers.Add: "add", AvgL1Norm: "avg_l1_norm",
+             BatchRenorm: "batch_renorm"}  # in inference mode: an affine map by the running statistics
+    return next((kind for cls, kind in kinds.items() if isinstance(layer, cls)), None)
+
+
+def _inline(model: keras.Model, input_slots: list[int], base: int, program: list[Step]) -> list[int] | None:
+    """Append `model`'s layers to `program`, its inputs read from `input_slots` and its weights
+    from `base` on; a functional model called inside it (TD7's policy: encoder and actor) is
+    inlined. Returns the slots of its outputs, or None if a layer is not one `_kind` knows."""
+    offsets, first = {}, 0
+    for layer in model.layers:  # model.weights is its layers' weights in this order
+        offsets[id(layer)] = first
+        first += len(layer.weights)
+    if first != len(model.weights):
+        return None
+    slots = {id(t): s for t, s in zip(model.inputs, input_slots)}
+    for depth in sorted(model._nodes_by_depth, reverse=True):  # Keras' topological order, inputs first
+        for node in model._nodes_by_depth[depth]:
+            layer = node.operation
+            if isinstance(layer, keras.layers.InputLayer):
+                continue
+            in_slots = [slots.get(id(t), -1) for t in node.input_tensors]
+            if -1 in in_slots:
+                return None
+            if isinstance(layer, keras.Model):
+                outs = _inline(layer, in_slots, base + offsets[id(layer)], program)
+                if outs is None or len(outs) != len(node.output_tensors):
+                    return None
+                slots.update((id(t), s) for t, s in zip(node.output_tensors, outs))
+                continue
+            kind = _kind(layer, node.input_tensors)
+            if kind is None or len(node.output_tensors) != 1:
+                return None
+            program.append(Step(kind, base + offsets[id(layer)], tuple(in_slots), layer))
+            slots[id(node.output_tensors[0])] = len(program)
+    outs = [slots.get(id(t), -1) for t in model.outputs]
+    return None if -1 in outs else outs
+
+
 def parse_program(model: keras.Model) -> tuple[list[Step], int] | None:
-    """A functional model of one input as a program of Dense (with bias and a supported
-    activation), LayerNormalization over the last axis, and Add steps, and the slot of its output
-    (slot 0 is the input, slot k + 1 step k's value). None if it has any other layer. The numpy
-    forward pass (`graph_forward_fn`) and the population's batched one (`networks.population`)
-    both run this program."""
+    """A functional model of one input and one output as a program of steps (`_kind`) and the slot
+    of its output (slot 0 is the input, slot k + 1 step k's value). None if it has any other
+    layer. The numpy forward pass (`graph_forward_fn`) and the population's batched one
+    (`networks.population`) both run this program."""
     if len(model.inputs) != 1 or len(model.outputs) != 1:
         return None
-    slots = {id(model.inputs[0]): 0}
-    program, first_weight = [], 0
-    for layer in model.layers:
-        if isinstance(layer, keras.layers.InputLayer):
-            continue
-        ins = layer.input if isinstance(layer.input, (list, tuple)) else [layer.input]
-        in_slots = tuple(slots.get(id(t), -1) for t in ins)
-        if -1 in in_slots:
-            return None
-        if isinstance(layer, keras.layers.Dense):
-            if not layer.use_bias or _activation(layer) is None:
-                return None
-            kind = "dense"
-        elif isinstance(layer, keras.layers.LayerNormalization):
-            if list(layer.axis) not in ([-1], [len(layer.input.shape) - 1]) or not (layer.center and layer.scale) \
-                    or getattr(layer, "rms_scaling", False):
-                return None
-            kind = "layer_norm"
-        elif isinstance(layer, keras.layers.Add):
-            kind = "add"
-        elif isinstance(layer, BatchRenorm):
-            kind = "batch_renorm"  # in inference mode: an affine map by the running statistics
-        else:
-            return None
-        program.append(Step(kind, first_weight, in_slots, layer))
-        slots[id(layer.output)] = len(slots)
-        first_weight += len(layer.weights)
-    if first_weight != len(model.weights) or id(model.outputs[0]) not in slots:
-        return None
-    return program, slots[id(model.outputs[0])]
+    program: list[Step] = []
+    outs = _inline(model, [0], 0, program)
+    return None if outs is None else (program, outs[0])
+
+
+def avg_l1_norm(x: np.ndarray, epsilon: float) -> np.ndarray:
+    return x / np.maximum(np.abs(x).mean(axis=-1, keepdims=True), epsilon)
 
 
 def graph_forward_fn(model: keras.Model) -> Callable[[list[np.ndarray], np.ndarray], np.ndarray] | None:
     """A numpy function `f(weights, x)` equal to `model(x)` (up to float rounding) for a model
-    `parse_program` reads: SimBa's residual networks. None otherwise."""
+    `parse_program` reads: SimBa's residual networks, CrossQ's, TD7's policy. None otherwise."""
     parsed = parse_program(model)
     if parsed is None:
         return None
@@ -112,17 +139,18 @@ def graph_forward_fn(model: keras.Model) -> Callable[[list[np.ndarray], np.ndarr
             ops.append(lambda w, x, i=i, eps=float(step.layer.epsilon): layer_norm(x, w[i], w[i + 1], eps))
         elif step.kind == "batch_renorm":
             ops.append(lambda w, x, i=i, eps=step.layer.epsilon: batch_renorm_inference(x, *w[i:i + 4], eps))
-        else:
-            ops.append(None)
+        elif step.kind == "avg_l1_norm":
+            ops.append(lambda w, x, eps=step.layer.epsilon: avg_l1_norm(x, eps))
+        elif step.kind == "add":
+            ops.append(lambda w, *xs: sum(xs))
+        else:  # concat
+            ops.append(lambda w, *xs: np.concatenate(xs, axis=-1))
     program = [(op, step.inputs) for op, step in zip(ops, steps)]
 
     def forward(weights: list[np.ndarray], x: np.ndarray) -> np.ndarray:
         values = [x]
         for op, in_slots in program:
-            if op is None:  # Add
-                values.append(sum(values[j] for j in in_slots))
-            else:
-                values.append(op(weights, values[in_slots[0]]))
+            values.append(op(weights, *(values[j] for j in in_slots)))
         return values[output]
 
     return forward

@@ -23,6 +23,10 @@ def population_forward_fn(model: keras.Model) -> Callable[[list[tf.Tensor], tf.T
             f"and Add are supported); use network=mlp or network=simba."
         )
     steps, output = parsed
+    other = sorted({step.kind for step in steps} - {"dense", "layer_norm", "add", "batch_renorm"})
+    if other:
+        raise ValueError(f"network {model.name!r} has {', '.join(other)} steps, which a population does not run "
+                         f"batched (only Dense, LayerNormalization and Add); use network=mlp or network=simba.")
     if any(step.kind == "batch_renorm" for step in steps):
         raise ValueError(f"network {model.name!r} has Batch Renormalization layers, which normalize over a batch of "
                          f"one individual's observations that a population step does not have; set "

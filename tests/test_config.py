@@ -20,7 +20,7 @@ def options(group):
 def combinations():
     for agent, network, buffer, env in itertools.product(options("agent"), options("network"), options("buffer"), options("env")):
         if agent == "ga":  # either kind of action; no replay buffer (buffer=prioritized is refused: test_ga)
-            if buffer == "uniform" and network != "dueling_mlp":
+            if buffer == "uniform" and network not in ("dueling_mlp", "sale"):
                 yield agent, network, buffer, env
             continue
         discrete_agent = agent == "dqn"
@@ -30,6 +30,10 @@ def combinations():
             continue  # a dueling head is a Q-network head
         if agent == "crossq" and network != "mlp":
             continue  # CrossQ needs Batch Renormalization, which only mlp has: refused (test_train_cli)
+        if (agent == "td7") != (network == "sale") or (agent == "td7" and buffer != "lap"):
+            continue  # TD7's networks are SALE's, its LAP loss needs buffer=lap: refused (test_td7)
+        if buffer == "lap" and agent not in ("td7", "dqn"):
+            continue  # LAP is the prioritized buffer's code with other settings: td7's, and dqn's discrete actions
         yield agent, network, buffer, env
 
 

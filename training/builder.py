@@ -16,10 +16,11 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from agents.base import Agent
 from agents.compiled import CompiledAgent, CompiledPopulation
+from buffers.prioritized import PrioritizedReplay
 from buffers.types import Buffer
 from envs.factory import check_action_space, make_env, make_vector_env
 from networks.normalization import RunningNormalizer
-from training.config import ConfigError, validate
+from training.config import ConfigError, unshardable, validate
 from training.driven import GraphDriver
 from training.loop import LoopSettings
 from training.seeding import seed_everything
@@ -67,7 +68,8 @@ def build_agent(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, 
     network = network_node(cfg)
     check_settings(network, "network")
     check_settings(cfg.agent, "agent")
-    kwargs: dict = {"obs_dim": int(obs_space.shape[0]), "network": instantiate(network), "rng": rng}
+    kwargs: dict = {"obs_dim": int(obs_space.shape[0]), "network": _instantiate(network, f"network {network._target_}"),
+                    "rng": rng}
     if isinstance(action_space, gym.spaces.Box):
         kwargs.update(action_low=action_space.low, action_high=action_space.high)
     else:
@@ -98,7 +100,7 @@ def decide_speed(cfg: DictConfig) -> Speed:
     """The run's `speed` group with `auto` decided for this machine; no batch shards for a network
     with batch statistics (Batch Renormalization), where they would change what it computes."""
     speed = cfg.speed
-    if cfg.network.get("batch_renorm", False) and speed.batch_shards == "auto":
+    if unshardable(cfg.network) and speed.batch_shards == "auto":
         speed = OmegaConf.merge(speed, {"batch_shards": 1})
     return decide(speed, network_widths(cfg.network), int(cfg.batch_size))
 
@@ -191,8 +193,33 @@ def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
     obs_space, action_space = envs.single_observation_space, envs.single_action_space
     learner = build_learner(cfg, obs_space, action_space, rng, speed)
     buffer = build_buffer(cfg, obs_space, action_space, rng) if with_buffer else None
+    check_fit(cfg, learner.agent, buffer)
     driver = GraphDriver(learner) if speed.steps_per_call > 0 and speed.fuse_updates else None
     return Run(learner=learner, speed=speed, buffer=buffer, envs=envs, eval_env=eval_env, rng=rng, driver=driver)
+
+
+def check_fit(cfg: DictConfig, agent: Agent, buffer: Buffer | None) -> None:
+    """What an agent asks of the buffer and the loop (TD7's LAP and policy checkpoints), checked
+    against the run's settings."""
+    if getattr(agent, "lap", False) and buffer is not None:
+        name = cfg.buffer._target_.rsplit(".", 1)[-1]
+        if not isinstance(buffer, PrioritizedReplay) or buffer.min_priority != agent.min_priority:
+            raise ConfigError(
+                f"agent.lap=true trains the critics on LAP's loss, which assumes replay sampled by priorities with a floor "
+                f"of agent.min_priority={agent.min_priority:g}, but buffer={name} "
+                + (f"has buffer.min_priority={buffer.min_priority:g}" if isinstance(buffer, PrioritizedReplay) else
+                   "samples uniformly")
+                + "; use buffer=lap (agent=td7's default: leave buffer= out of the command), or set agent.lap=false."
+            )
+    if getattr(agent, "trains_at_episode_ends", False):
+        for key, value in (("num_envs", cfg.num_envs), ("updates_per_step", cfg.updates_per_step),
+                           ("train_every", cfg.train_every)):
+            if value != 1:
+                raise ConfigError(
+                    f"{key}={value} with agent.checkpoints=true: the agent trains at the end of each episode, one update "
+                    f"per env step since its last training, on one env whose episodes assess one policy at a time; "
+                    f"leave {key} at 1, or set agent.checkpoints=false to train every step."
+                )
 
 
 def population_generation(cfg: DictConfig, learner: CompiledPopulation, envs: gym.vector.VectorEnv,

@@ -84,10 +84,20 @@ def validate(cfg: DictConfig) -> None:
     every = cfg.logger.every
     if not isinstance(every, int) or isinstance(every, bool) or every <= 0:
         raise ConfigError(f"logger.every must be a positive integer, got {every!r}; set e.g. logger.every=1000.")
-    validate_speed(cfg.speed, batch, cfg.network.get("batch_renorm", False) is True)
+    validate_speed(cfg.speed, batch, unshardable(cfg.network))
 
 
-def validate_speed(speed: DictConfig, batch_size: int, batch_statistics: bool = False) -> None:
+def unshardable(network: DictConfig) -> str | None:
+    """Why a network's update cannot be cut into batch shards, or None if it can."""
+    if network.get("batch_renorm", False) is True:
+        return ("with network.batch_renorm=true: Batch Renormalization normalizes each row by the statistics of the "
+                "whole batch, which shards would cut into parts")
+    if str(network.get("_target_", "")).endswith("sale.SALE"):
+        return "with network=sale: TD7's networks take several inputs, which the shards do not split"
+    return None
+
+
+def validate_speed(speed: DictConfig, batch_size: int, unshardable: str | None = None) -> None:
     """The `speed` group: each setting in its range, `auto` where it may be."""
     if speed.compile not in ("eager", "graph", "xla"):
         raise ConfigError(f"speed.compile must be eager, graph or xla, got {speed.compile!r}; set e.g. speed=fast (graph) or speed=eager.")
@@ -113,12 +123,9 @@ def validate_speed(speed: DictConfig, batch_size: int, batch_statistics: bool = 
     if shards != "auto":
         if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
             raise ConfigError(f"speed.batch_shards must be a positive integer or auto, got {shards!r}; set e.g. speed.batch_shards=auto.")
-        if shards > 1 and batch_statistics:
-            raise ConfigError(
-                f"speed.batch_shards={shards} with network.batch_renorm=true: Batch Renormalization normalizes each "
-                f"row by the statistics of the whole batch, which shards would cut into parts; set "
-                f"speed.batch_shards=1 (or auto, which picks 1 for such a network)."
-            )
+        if shards > 1 and unshardable:
+            raise ConfigError(f"speed.batch_shards={shards} {unshardable}; set speed.batch_shards=1 (or auto, which "
+                              f"picks 1 for such a network).")
         if batch_size % shards:
             raise ConfigError(
                 f"batch_size ({batch_size}) does not split into speed.batch_shards={shards} equal shards; set a "

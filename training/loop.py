@@ -54,6 +54,9 @@ class LoopState:
     obs: np.ndarray | None = None  # the training envs' current observations
     wall_time: float = 0.0  # seconds spent in the loop over all sessions of the run
     evals: list = field(default_factory=list)  # (step, return_mean) of every evaluation
+    # an agent that trains at episode ends: its policy acts from the first episode end past
+    # learning_starts on, and that episode's end trains nothing (sfujim/TD7's allow_train)
+    policy_acts: bool = False
 
 
 @dataclass
@@ -119,7 +122,7 @@ def train(
     def env_step() -> int:
         """One step of every env: act, step, store, count the updates due. Returns how many
         updates are due now (0 outside an update phase)."""
-        learning = st.step >= s.learning_starts  # as sfujim/TD3: t >= start_timesteps
+        learning = st.policy_acts if at_episode_ends else st.step >= s.learning_starts  # sfujim/TD3: t >= start_timesteps
         learner.observe(st.obs)  # random steps too: running statistics count every observation
         action = learner.act(st.obs, explore=True) if learning else envs.action_space.sample()
         next_obs, reward, terminated, truncated, infos = envs.step(action)
@@ -130,10 +133,16 @@ def train(
         bar.update(num_envs)
         if "episode" in infos:
             for i in np.flatnonzero(infos["_episode"]):
-                episodes.append((st.step, float(infos["episode"]["r"][i]), int(infos["episode"]["l"][i])))
+                ret, length = float(infos["episode"]["r"][i]), int(infos["episode"]["l"][i])
+                episodes.append((st.step, ret, length))
+                if at_episode_ends and st.policy_acts:
+                    st.updates_due += learner.episode_end(length, ret)
+                elif at_episode_ends and st.step > s.learning_starts:
+                    st.policy_acts = True
         if not learning:
             return 0
-        st.updates_due += num_envs * s.updates_per_step
+        if not at_episode_ends:
+            st.updates_due += num_envs * s.updates_per_step
         if st.step % s.train_every >= num_envs:
             return 0
         # The sum of a ratio such as 0.1 or 0.3 falls a float rounding short of a whole update
@@ -150,16 +159,26 @@ def train(
                 or 0 < st.next_checkpoint <= st.step)
 
     def source(td_error: np.ndarray | None):
-        """The driver's source: env steps up to the next update phase, its batches drawn
-        together; asks to stop at anything event_due() names or after steps_per_call steps."""
+        """The driver's source: env steps up to the next update phase, its batches drawn together
+        (or one per call, for a buffer of priorities); asks to stop at anything event_due() names
+        or after steps_per_call steps, once the phase's updates are done."""
+        nonlocal pending, more
         if td_error is not None:
             buffer.update_priorities(td_error)
-        while True:
-            n = env_step()
+        while not pending:
+            pending = env_step()
             more = not event_due() and st.step - call_start < s.steps_per_call
-            if n or not more:
-                return (buffer.sample_batches(s.batch_size, n) if n else None), more
+            if not pending and not more:
+                return None, False
+        k = pending if buffer.draws_together else 1
+        pending -= k
+        return buffer.sample_batches(s.batch_size, k), more or pending > 0
 
+    at_episode_ends = learner.trains_at_episode_ends
+    pending, more = 0, True  # the driver's source: updates due whose batches are not drawn yet
+    # fused: a phase's updates in one call, their batches drawn together unless the buffer's priorities
+    # must come back between them (prioritized replay: one batch per call)
+    fused = s.fuse_updates and buffer.draws_together
     stopped = False
     while st.step < s.total_steps:
         if st.step >= st.next_eval:
@@ -175,7 +194,7 @@ def train(
                 if "td_error" in metrics:  # the last batches' errors, which the source has not had
                     buffer.update_priorities(metrics["td_error"])
         elif n := env_step():
-            for k in [n] if s.fuse_updates else [1] * n:  # fused: the phase's updates in one call
+            for k in [n] if fused else [1] * n:
                 metrics = learner.update(buffer.sample_batches(s.batch_size, k))
                 buffer.update_priorities(metrics.get("td_error"))
         for step, ret, length in episodes:  # logged here: never from inside a compiled call
