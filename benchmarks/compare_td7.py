@@ -17,9 +17,9 @@ author `td7_author.threads=<threads>` (torch's intra-op threads).
 Both train in bursts at episode ends (TD7's policy checkpoints: the updates due since the last
 episode end are done together when an episode ends), so the steps/s of a run includes all the
 updates of the episodes finished by its end, and none for the steps of an episode still running
-then. tfrl's TD7 acts with its policy and trains from learning_starts on, the author's from the end of
-the episode that crosses it (the departure agents/td7.py names), so tfrl may run one episode's worth
-of updates more: the round lines and the JSON give each run's updates. Writes
+then. Both act at random until the first episode end past learning_starts and train first at the
+end of the next episode, so the two do the same updates (the round lines and the JSON give each
+run's count). Writes
 benchmarks/results/td7_comparison.json (or `--out`), one case per env, keeping the
 cases of other envs that file already holds.
 """

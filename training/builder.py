@@ -68,8 +68,8 @@ def build_agent(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, 
     network = network_node(cfg)
     check_settings(network, "network")
     check_settings(cfg.agent, "agent")
-    kwargs: dict = {"obs_dim": int(obs_space.shape[0]), "network": _instantiate(network, f"network {network._target_}"),
-                    "rng": rng}
+    builder = _instantiate(network, f"network {network._target_}")  # a partial (mlp), or an object (sale)
+    kwargs: dict = {"obs_dim": int(obs_space.shape[0]), "network": builder, "rng": rng}
     if isinstance(action_space, gym.spaces.Box):
         kwargs.update(action_low=action_space.low, action_high=action_space.high)
     else:
