@@ -277,12 +277,21 @@ def main(cfg: DictConfig) -> None:
     try:
         agent, kwargs = sb3_settings(cfg)
     except SettingError as err:
-        if HydraConfig.get().mode.name == "RUN" and set(os.listdir(run_dir)) <= {".hydra", "sb3_learning.log"}:
-            shutil.rmtree(run_dir, ignore_errors=True)  # Hydra made it for this command; nothing ran
-        print(f"error: this run's settings cannot be reproduced with SB3: {err}. Change them on the command "
-              f"line, or compare a different run.", file=sys.stderr)
-        sys.exit(2)
-    summary = train(cfg, run_dir, agent, kwargs)
+        refuse(run_dir, f"this run's settings cannot be reproduced with SB3: {err}. Change them on the command "
+                        f"line, or compare a different run.")
+    finish(run_dir, train(cfg, run_dir, agent, kwargs))
+
+
+def refuse(run_dir: str, message: str) -> None:
+    """Exit 2 with `error: message`, removing the run dir Hydra made for this command if nothing ran in it."""
+    if HydraConfig.get().mode.name == "RUN" and all(f == ".hydra" or f.endswith(".log") for f in os.listdir(run_dir)):
+        shutil.rmtree(run_dir, ignore_errors=True)
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def finish(run_dir: str, summary: dict) -> None:
+    """Write summary.json as train.py does and print its headline figures."""
     with open(os.path.join(run_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     print(json.dumps({k: summary[k] for k in ("steps", "final_return", "best_return", "steps_per_second")}))

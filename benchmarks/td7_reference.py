@@ -23,9 +23,7 @@ author's evaluation policy: the checkpoint's actor, without noise.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import shutil
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,7 +36,7 @@ from hydra.core.config_store import ConfigStore  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from benchmarks.sb3_learning import EvalLog, make_env  # noqa: E402
+from benchmarks.sb3_learning import EvalLog, finish, make_env, refuse  # noqa: E402
 
 # train.py's config and this script's two keys, kept here rather than in conf/
 ConfigStore.instance().store(name="td7_reference", node={
@@ -124,15 +122,9 @@ def main(cfg: DictConfig) -> None:
     run_dir = HydraConfig.get().runtime.output_dir
     TD7, commit = author_td7()
     if TD7 is None:
-        if HydraConfig.get().mode.name == "RUN" and set(os.listdir(run_dir)) <= {".hydra", "td7_reference.log"}:
-            shutil.rmtree(run_dir, ignore_errors=True)  # Hydra made it for this command; nothing ran
-        print(f"error: the author's TD7 is not in {REF}: run `bash benchmarks/setup_td7.sh` "
-              f"(TD7_SRC=<a clone of sfujim/TD7> without network).", file=sys.stderr)
-        sys.exit(2)
-    summary = train(cfg, run_dir, TD7, commit)
-    with open(os.path.join(run_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-    print(json.dumps({k: summary[k] for k in ("steps", "final_return", "best_return", "steps_per_second")}))
+        refuse(run_dir, f"the author's TD7 is not in {REF}: run `bash benchmarks/setup_td7.sh` "
+                        f"(TD7_SRC=<a clone of sfujim/TD7> without network).")
+    finish(run_dir, train(cfg, run_dir, TD7, commit))
 
 
 if __name__ == "__main__":
