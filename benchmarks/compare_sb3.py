@@ -60,6 +60,12 @@ CASES = {
         ["crossq", "Ant-v5", "--hidden", "256", "256", "--critic-hidden", "1024", "1024", "--batch", "256",
          "--train-freq", "1"],
     ),
+    # ... at the paper's width (critics 2048-2048: Bhatt et al.'s setting, run once for its cost)
+    "crossq_ant_2048": (
+        ["agent=crossq", "env=ant", "network.hidden=[2048,2048]"],
+        ["crossq", "Ant-v5", "--hidden", "256", "256", "--critic-hidden", "2048", "2048", "--batch", "256",
+         "--train-freq", "1"],
+    ),
     # ... and at the width the learning comparisons use (critics 256-256)
     "crossq_ant_256": (
         ["agent=crossq", "env=ant", "network.hidden=[256,256]"],

@@ -279,3 +279,87 @@ def test_keras_on_another_backend_is_refused_with_the_fix():
     check_keras_backend("tensorflow")
     with pytest.raises(ImportError, match="Set KERAS_BACKEND=tensorflow before Keras is imported"):
         check_keras_backend("jax")
+
+
+# --- The successors (SAC, CrossQ, TD7): speed never changes their maths either ---------------------
+
+def successor(name: str, compile: str = "graph", seed: int = 0, **kwargs):
+    """SAC, CrossQ (Batch Renormalization in its networks) or TD7 (SALE networks) on this file's
+    spaces, compiled as the loop drives them."""
+    import keras
+
+    from agents.compiled import CompiledAgent
+    from agents.crossq import CrossQ
+    from agents.sac import SAC
+    from agents.td7 import TD7
+    from networks.sale import SALE
+
+    keras.utils.set_random_seed(seed)
+    rng = np.random.default_rng(seed)
+    if name == "sac":
+        agent = SAC(OBS, LOW, HIGH, net, rng, **kwargs)
+    elif name == "crossq":
+        agent = CrossQ(OBS, LOW, HIGH, functools.partial(mlp, hidden=[16, 16], batch_renorm=True, renorm_warmup=4),
+                       rng, policy_delay=2, **kwargs)
+    else:
+        agent = TD7(OBS, LOW, HIGH, SALE(zs_dim=8, encoder_hidden=16, critic_hidden=16, actor_hidden=16), rng,
+                    target_update_every=3, **kwargs)
+    return CompiledAgent(agent, compile=compile)
+
+
+def state_arrays(agent) -> dict:
+    """Every number a checkpoint holds: networks' weights (Batch Renormalization's running
+    statistics included), optimizers' moments, counters, the RNG's state."""
+    out = {}
+    for name, t in agent.trackables().items():
+        variables = getattr(t, "weights", None) or getattr(t, "variables", None)
+        if variables is None:
+            variables = [t.state] if hasattr(t, "state") else [t]
+        out[name] = [np.asarray(v.numpy()) for v in (variables() if callable(variables) else variables)]
+    return out
+
+
+SUCCESSORS = ["sac", "crossq", "td7"]
+
+
+# XLA for CrossQ only, whose many small Batch Renormalization ops are where XLA is worth trying (the
+# others' XLA compiles cost a minute each here, and TD3's XLA path is tested above)
+@pytest.mark.parametrize("name,mode", [("sac", "graph"), ("crossq", "graph"), ("td7", "graph"), ("crossq", "xla")])
+def test_successors_fused_updates_equal_the_same_updates_one_by_one(name, mode):
+    """K stacked batches in one call are K updates in order: every checkpointed number after them
+    (CrossQ's renorm statistics through its warm-up, TD7's target copies every 3 updates and its
+    clipping range, the actor's delay, the temperature) equals the one-by-one run's; traced once."""
+    one_by_one, fused = successor(name, mode), successor(name, mode)
+    rng = np.random.default_rng(5)
+    for k in (3, 5, 1):
+        batches = [batch(rng) for _ in range(k)]
+        for b in batches:
+            m_ref = one_by_one.update(one(b))
+        m_fused = fused.update(stack(batches))
+        np.testing.assert_allclose(m_fused["td_error"][-32:], m_ref["td_error"], rtol=1e-4, atol=1e-5)
+    assert int(fused.agent.updates.numpy()) == int(one_by_one.agent.updates.numpy()) == 9
+    ref, got = state_arrays(one_by_one.agent), state_arrays(fused.agent)
+    assert ref.keys() == got.keys()
+    for key in ref:
+        for a, b in zip(ref[key], got[key], strict=True):
+            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5, err_msg=key)
+    obs = rng.normal(size=(4, OBS)).astype(np.float32)
+    np.testing.assert_allclose(fused.act(obs, False), one_by_one.act(obs, False), rtol=1e-4, atol=1e-5)
+    assert fused._update_many.experimental_get_tracing_count() == 1
+
+
+@pytest.mark.parametrize("name", SUCCESSORS)
+def test_successors_eager_and_graph_compute_the_same_updates(name):
+    """The compiled update is the eager one: same seed, same batches, every checkpointed number equal."""
+    eager, graph = successor(name, "eager"), successor(name, "graph")
+    rng = np.random.default_rng(3)
+    for _ in range(4):
+        b = batch(rng)
+        m_e, m_g = eager.update(one(b)), graph.update(one(b))
+    for k in m_g:
+        np.testing.assert_allclose(m_e[k], m_g[k], rtol=1e-4, atol=1e-5, err_msg=k)
+    ref, got = state_arrays(graph.agent), state_arrays(eager.agent)
+    for key in ref:
+        for a, b in zip(ref[key], got[key], strict=True):
+            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5, err_msg=key)
+    assert graph.update_trace_count == 1
