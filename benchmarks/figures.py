@@ -2,9 +2,11 @@
 
     uv run python benchmarks/figures.py          # writes docs/figures/*.png
 
-- `throughput_vs_sb3.png`: env steps/s of this project's training loop against Stable-Baselines3's
-  (and SBX's, where measured) on the same machine, per case of `benchmarks/results/sb3_comparison.json` (compare_sb3.py:
-  whole processes alternating, medians), with the ratio on each pair of bars;
+- `throughput_vs_sb3.png`: env steps/s of this project's training loop against the PyTorch reference
+  on the same machine (Stable-Baselines3, sb3-contrib's CrossQ, and the TD7 author's code) and SBX's
+  where measured, per case of `benchmarks/results/sb3_comparison.json` (compare_sb3.py) and
+  `benchmarks/results/td7_comparison.json` (compare_td7.py): whole processes alternating, medians,
+  with the ratio on each pair of bars;
 - `ga_generation.png`: one GA generation every way (`benchmarks/results/ga_generation_cartpole_warm40.json`);
 - `curves_<name>.png`: learning curves against SB3, redrawn from the `curves_<env>.csv` that
   aggregate.py wrote beside its own plot under `benchmarks/learning/` (`CURVE_FIGURES`): the
@@ -29,6 +31,7 @@ THROUGHPUT_CASES = {
     "td3_ant": "TD3, Ant-v5\n(256-256, batch 256)",
     "sac_ant": "SAC, Ant-v5\n(256-256, batch 256)",
     "crossq_ant": "CrossQ, Ant-v5\n(critics 1024-1024)",
+    "td7_hopper": "TD7, Hopper-v5\n(1 thread each)",
     "dqn_cartpole_every1": "DQN, CartPole-v1\n(64-64, every step)",
     "dqn_cartpole_every4": "DQN, CartPole-v1\n(64-64, every 4th)",
 }
@@ -52,15 +55,17 @@ def throughput_figure(data: dict, path: str) -> None:
     over its bar."""
     plt = _pyplot()
     cases = [c for c in THROUGHPUT_CASES if c in data["cases"]]
-    impls = [("tfrl", "tfrl (TensorFlow 2)", "#1f77b4"), ("sb3", "Stable-Baselines3 (PyTorch; sb3-contrib's CrossQ)", "#bbbbbb"),
+    impls = [("tfrl", "tfrl (TensorFlow 2)", "#1f77b4"),
+             ("sb3", "PyTorch: Stable-Baselines3, sb3-contrib's CrossQ, the TD7 author's code", "#bbbbbb"),
              ("sbx", "SBX (JAX)", "#8c8c8c")]
     shown = [i for i in impls if any(f"{i[0]}_median" in data["cases"][c] for c in cases)]
-    fig, ax = plt.subplots(figsize=(9.4, 4.0))
+    fig, ax = plt.subplots(figsize=(11.0, 4.2))
     width = 0.8 / len(shown)
     for i, case in enumerate(cases):
         r = data["cases"][case]
         ours = r["tfrl_median"]
-        ratios = [f"{ours / r[f'{key}_median']:.2f}x {key.upper()}" for key, _, _ in shown[1:] if f"{key}_median" in r]
+        ratios = [f"{ours / r[f'{key}_median']:.2f}x {r.get('label', key.upper()) if key == 'sb3' else key.upper()}"
+                  for key, _, _ in shown[1:] if f"{key}_median" in r]
         for j, (key, label, color) in enumerate(shown):
             if f"{key}_median" in r:
                 ax.bar(i + (j - (len(shown) - 1) / 2) * width, r[f"{key}_median"], width, color=color,
@@ -69,13 +74,14 @@ def throughput_figure(data: dict, path: str) -> None:
                 fontweight="bold")
     ax.set_xticks(range(len(cases)), [THROUGHPUT_CASES[c] for c in cases], fontsize=8.5)
     ax.set_yscale("log")
-    ax.set_ylim(top=ax.get_ylim()[1] * 2.5)
+    ax.set_ylim(top=ax.get_ylim()[1] * 6)
     ax.set_ylabel("training env steps/s (log scale)")
     ax.set_title("Training loop throughput, same machine, same settings")
     ax.legend(loc="upper left", fontsize=9)
     ax.grid(axis="y", alpha=0.3, which="both")
-    fig.text(0.01, -0.04, "2-core CPU, no GPU; medians of whole processes alternating. "
-             "uv run python benchmarks/compare_sb3.py --sbx (benchmarks/results/sb3_comparison.json)", fontsize=7.5)
+    fig.text(0.01, -0.06, "2-core CPU, no GPU; medians of whole processes alternating.\n"
+             "uv run python benchmarks/compare_sb3.py --sbx (benchmarks/results/sb3_comparison.json); "
+             "uv run python benchmarks/compare_td7.py (benchmarks/results/td7_comparison.json)", fontsize=7.5)
     _save(fig, path)
     plt.close(fig)
 
@@ -115,7 +121,21 @@ def ga_figure(data: dict, path: str) -> None:
 CURVE_FIGURES = {
     "curves_td3_halfcheetah.png": "td3_tfrl_vs_sb3/halfcheetah_rerun/curves_halfcheetah.csv",
     "curves_sac_halfcheetah.png": "sac_tfrl_vs_sb3/curves_halfcheetah.csv",
+    "curves_crossq_halfcheetah.png": "crossq_tfrl_vs_sb3/curves_halfcheetah.csv",
 }
+
+
+def with_td7(data: dict) -> dict:
+    """sb3_comparison.json's cases and compare_td7.py's, the author's code in the PyTorch column."""
+    path = os.path.join(RESULTS, "td7_comparison.json")
+    if not os.path.exists(path):
+        return data
+    with open(path) as f:
+        td7 = json.load(f)["cases"]
+    cases = dict(data["cases"])
+    for name, r in td7.items():
+        cases[name] = {"tfrl_median": r["tfrl_median"], "sb3_median": r["author_median"], "label": "author"}
+    return {**data, "cases": cases}
 
 
 def curve_figure(csv_path: str, path: str) -> None:
@@ -135,7 +155,7 @@ def main(argv=None) -> list[str]:
     os.makedirs(args.out, exist_ok=True)
     written = []
     for name, source, draw in (
-        ("throughput_vs_sb3.png", "sb3_comparison.json", throughput_figure),
+        ("throughput_vs_sb3.png", "sb3_comparison.json", lambda data, path: throughput_figure(with_td7(data), path)),
         ("ga_generation.png", "ga_generation_cartpole_warm40.json", ga_figure),
     ):
         with open(os.path.join(RESULTS, source)) as f:
