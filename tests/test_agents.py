@@ -151,6 +151,27 @@ def test_numpy_fast_act_matches_tensorflow_and_is_never_stale(cls, mode):
             np.testing.assert_array_equal(w_np, w_tf)
 
 
+def fused_and_one_by_one(fused, one_by_one, rng, ks=(3, 5, 1)):
+    """The same K batches, stacked into one call of `fused` and one by one into `one_by_one`, for
+    each K in `ks`: (K, the last one-by-one metrics, the fused call's metrics) per K."""
+    out = []
+    for k in ks:
+        batches = [batch(rng) for _ in range(k)]
+        for b in batches:
+            m_ref = one_by_one.update(one(b))
+        out.append((k, m_ref, fused.update(stack(batches))))
+    return out
+
+
+def assert_same_state(ref, got):
+    """Every number two agents' checkpoints hold is the same (to float32 rounding)."""
+    ref, got = state_arrays(ref), state_arrays(got)
+    assert ref.keys() == got.keys()
+    for key in ref:
+        for a, b in zip(ref[key], got[key], strict=True):
+            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5, err_msg=key)
+
+
 @pytest.mark.parametrize("cls", AGENTS)
 @pytest.mark.parametrize("mode", ["eager", "graph", "xla"])
 def test_fused_updates_equal_the_same_updates_one_by_one(cls, mode):
@@ -159,11 +180,7 @@ def test_fused_updates_equal_the_same_updates_one_by_one(cls, mode):
     kwargs = {"target_noise": 0.0} if (cls is TD3 and mode == "xla") else {}  # XLA's normal sampler differs
     one_by_one, fused = make(cls, mode, **kwargs), make(cls, mode, **kwargs)
     rng = np.random.default_rng(5)
-    for k in (3, 5, 1):
-        batches = [batch(rng) for _ in range(k)]
-        for b in batches:
-            m_ref = one_by_one.update(one(b))
-        m_fused = fused.update(stack(batches))
+    for k, m_ref, m_fused in fused_and_one_by_one(fused, one_by_one, rng):
         assert int(fused.agent.updates.numpy()) == int(one_by_one.agent.updates.numpy())
         assert m_fused["td_error"].shape == (k * 32,)
         np.testing.assert_allclose(m_fused["td_error"][-32:], m_ref["td_error"], rtol=1e-4, atol=1e-5)
@@ -330,19 +347,11 @@ def test_successors_fused_updates_equal_the_same_updates_one_by_one(name, mode):
     (CrossQ's renorm statistics through its warm-up, TD7's target copies every 3 updates and its
     clipping range, the actor's delay, the temperature) equals the one-by-one run's; traced once."""
     one_by_one, fused = successor(name, mode), successor(name, mode)
-    rng = np.random.default_rng(5)
-    for k in (3, 5, 1):
-        batches = [batch(rng) for _ in range(k)]
-        for b in batches:
-            m_ref = one_by_one.update(one(b))
-        m_fused = fused.update(stack(batches))
+    for _, m_ref, m_fused in fused_and_one_by_one(fused, one_by_one, np.random.default_rng(5)):
         np.testing.assert_allclose(m_fused["td_error"][-32:], m_ref["td_error"], rtol=1e-4, atol=1e-5)
     assert int(fused.agent.updates.numpy()) == int(one_by_one.agent.updates.numpy()) == 9
-    ref, got = state_arrays(one_by_one.agent), state_arrays(fused.agent)
-    assert ref.keys() == got.keys()
-    for key in ref:
-        for a, b in zip(ref[key], got[key], strict=True):
-            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5, err_msg=key)
+    assert_same_state(one_by_one.agent, fused.agent)
+    rng = np.random.default_rng(6)
     obs = rng.normal(size=(4, OBS)).astype(np.float32)
     np.testing.assert_allclose(fused.act(obs, False), one_by_one.act(obs, False), rtol=1e-4, atol=1e-5)
     assert fused._update_many.experimental_get_tracing_count() == 1
@@ -358,8 +367,5 @@ def test_successors_eager_and_graph_compute_the_same_updates(name):
         m_e, m_g = eager.update(one(b)), graph.update(one(b))
     for k in m_g:
         np.testing.assert_allclose(m_e[k], m_g[k], rtol=1e-4, atol=1e-5, err_msg=k)
-    ref, got = state_arrays(graph.agent), state_arrays(eager.agent)
-    for key in ref:
-        for a, b in zip(ref[key], got[key], strict=True):
-            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5, err_msg=key)
+    assert_same_state(graph.agent, eager.agent)
     assert graph.update_trace_count == 1
