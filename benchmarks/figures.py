@@ -122,6 +122,7 @@ CURVE_FIGURES = {
     "curves_td3_halfcheetah.png": "td3_tfrl_vs_sb3/halfcheetah_rerun/curves_halfcheetah.csv",
     "curves_sac_halfcheetah.png": "sac_tfrl_vs_sb3/curves_halfcheetah.csv",
     "curves_crossq_halfcheetah.png": "crossq_tfrl_vs_sb3/curves_halfcheetah.csv",
+    "curves_td7_hopper.png": "td7_vs_author_and_td3/curves_hopper.csv",
 }
 
 
