@@ -109,6 +109,9 @@ def clipped_log_std(raw):
     return tf.clip_by_value(raw, CLIP_LOG_STD_MIN, LOG_STD_MAX)
 
 
+LOG_STD_MAPS = {"tanh": bounded_log_std, "clip": clipped_log_std}
+
+
 def squashed_gaussian(mean: tf.Tensor, log_std: tf.Tensor, noise: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """A reparameterised sample a = tanh(mean + std * noise) in [-1, 1] and its log density,
     summed over the action dimensions: the Gaussian's log density of u = mean + std * noise minus

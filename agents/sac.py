@@ -1,10 +1,12 @@
 """SAC with a learned temperature (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and
-Applications"), in the order of Stable-Baselines3's `SAC.train()`, with CleanRL's bounds on the
-policy's log standard deviation.
+Applications"), in the order of Stable-Baselines3's `SAC.train()`. The policy's raw log standard
+deviation is clamped to [-20, 2] (`log_std=clip`, SB3's) or squashed into [-5, 2] by tanh
+(`log_std=tanh`, CleanRL's).
 
 Per update, with one reparameterised sample a ~ pi(.|s) of the batch's observations:
 the temperature steps on -log_alpha * (log pi(a|s) + target_entropy); both critics regress onto
-r + discount * (min(Q1', Q2')(s', a') - alpha * log pi(a'|s')), a' ~ pi(.|s'); the actor descends
+r + discount * (min(Q1', Q2')(s', a') - alpha * log pi(a'|s')), a' ~ pi(.|s'), on half the sum of
+their mean squared errors (SB3's); the actor descends
 alpha * log pi(a|s) - min(Q1, Q2)(s, a) on the critics after their step; the target critics move
 by Polyak averaging. alpha is the temperature before its step, as in SB3. Log densities are of the
 squashed action in [-1, 1] (SB3's; CleanRL's also count the scaling onto the env's box), so
@@ -48,10 +50,15 @@ class SAC(SquashedGaussianActor):
         tau: float = 0.005,
         init_alpha: float = 1.0,
         target_entropy: float | str = "auto",
+        log_std: str = "tanh",
     ):
+        if log_std not in losses.LOG_STD_MAPS:
+            raise ValueError(f"agent.log_std must be one of {sorted(losses.LOG_STD_MAPS)} (clip: SB3's clamp to [-20, 2]; "
+                             f"tanh: CleanRL's smooth bound into [-5, 2]), got {log_std!r}")
         if isinstance(init_alpha, bool) or not isinstance(init_alpha, (int, float)) or not init_alpha > 0:
             raise ValueError(f"agent.init_alpha must be a positive number (1.0 in SB3 and CleanRL), got {init_alpha!r}")
         super().__init__(obs_dim, action_low, action_high, network, rng)
+        self.log_std = losses.LOG_STD_MAPS[log_std]  # a plain function on the instance: tf or numpy in
         self.tau = check_tau(tau)
         self.target_entropy = check_target_entropy(target_entropy, self.action_dim)
 
@@ -82,7 +89,7 @@ class SAC(SquashedGaussianActor):
         with tf.GradientTape() as tape:
             q1 = DeterministicActor.q(self.critic1, batch.obs, batch.action)
             q2 = DeterministicActor.q(self.critic2, batch.obs, batch.action)
-            critic_loss = losses.td3_critic_loss(q1, q2, target, batch.weight)
+            critic_loss = 0.5 * losses.td3_critic_loss(q1, q2, target, batch.weight)
         self.critic_optimizer.apply_gradients(zip(tape.gradient(critic_loss, self._critic_vars), self._critic_vars))
 
         actor_vars = self.actor.trainable_variables

@@ -1,66 +1,205 @@
-"""The training envs' state for a checkpoint, mid-episode.
+"""The training envs' state for a checkpoint, mid-episode, as plain data.
 
-A sync vector env pickles with its wrappers' state (step counters, autoreset flags), but a MuJoCo
-env does not: gymnasium pickles it by rebuilding it from its constructor arguments, so the
-physics comes back at its initial pose and its RNG unseeded. So each MuJoCo sub-env's simulator
-data (all of MjData: state, warm start, controls and the quantities derived from them) and its RNG
-are saved beside the pickle and copied back into the rebuilt env. Async envs live in
-subprocesses and are not saved (resume resets them)."""
+A resumed run rebuilds its envs from the config, then `set_env_state` writes the saved state into
+them. The state is read off the vector env's tree of wrappers and envs generically, so a wrapper
+added later is saved without code here: every attribute that holds plain data (numbers, strings,
+arrays, and lists, tuples, deques and dicts of them: step counters, autoreset flags, episode
+statistics, a classic-control env's `state`), every numpy Generator (as its bit generator's
+state), the RNG of every space, and a MuJoCo env's simulator data (each of MjData's arrays and its
+time: the state, the warm start, the controls and the derived quantities an env may read before
+its next step, as Ant's reward reads the torso's position). Objects of other kinds (models,
+renderers, specs) are what the config rebuilds. Nothing here unpickles: a checkpoint's envs
+cannot run code when loaded. Async envs live in subprocesses and are not saved (resume resets
+them).
+
+`load_pickled_envs` reads the pickle of checkpoints written before this format, for a resume
+whose user said they trust the run directory.
+"""
 from __future__ import annotations
 
-import pickle
+from collections import deque
+from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
-_FORMAT = "tfrl-envs-1"
+FORMAT = "tfrl-envs-2"
+# plain attributes that are construction arguments or descriptions, not state
+_NOT_STATE = frozenset({"_saved_kwargs", "_ezpickle_args", "_ezpickle_kwargs", "metadata", "_metadata",
+                        "fullpath", "env_fns"})
+BIT_GENERATORS = {name: getattr(np.random, name) for name in ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")}
 
 
-def _mujoco_state(env) -> dict | None:
-    """Simulator and RNG state of a MuJoCo env (None for any other env)."""
-    u = env.unwrapped
-    data = getattr(u, "data", None)
-    if data is None or type(data).__name__ != "MjData":
+class EnvStateError(ValueError):
+    """Saved env state that does not fit the envs this run built."""
+
+
+def _plain(value: Any) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str, np.generic)):
+        return not (isinstance(value, np.generic) and value.dtype.hasobject)
+    if isinstance(value, np.ndarray):
+        return not value.dtype.hasobject
+    if isinstance(value, (list, tuple, deque)):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, (str, int)) and _plain(v) for k, v in value.items())
+    return False
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_copy(v) for v in value)
+    if isinstance(value, deque):
+        return deque((_copy(v) for v in value), maxlen=value.maxlen)
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    return value
+
+
+def _generator(state: dict | None, current: Any) -> np.random.Generator | None:
+    """A Generator in `state` (the one there already when its bit generator is of the same kind)."""
+    if state is None:
         return None
-    rng = getattr(u, "_np_random", None)
-    return {"data": data, "rng": None if rng is None else rng.bit_generator.state,
-            "rng_seed": getattr(u, "_np_random_seed", None)}
+    name = state.get("bit_generator") if isinstance(state, dict) else None
+    if name not in BIT_GENERATORS:
+        raise EnvStateError(f"the saved envs hold a generator of unknown kind {name!r}")
+    if not (isinstance(current, np.random.Generator) and type(current.bit_generator).__name__ == name):
+        current = np.random.Generator(BIT_GENERATORS[name]())
+    current.bit_generator.state = state
+    return current
 
 
-def _set_mujoco_state(env, state: dict) -> None:
-    import mujoco
-
-    u = env.unwrapped
-    # all of MjData, derived quantities too: an env may read them before its next mj_step
-    # (Ant's reward takes the torso's xpos before stepping)
-    mujoco.mj_copyData(u.data, u.model, state["data"])
-    if state["rng"] is not None:
-        rng = np.random.Generator(getattr(np.random, state["rng"]["bit_generator"])())
-        rng.bit_generator.state = state["rng"]
-        u._np_random, u._np_random_seed = rng, state["rng_seed"]
+def _space_state(space: gym.Space) -> dict:
+    rng = space._np_random
+    sub = getattr(space, "spaces", None)
+    items = sub.items() if isinstance(sub, dict) else enumerate(sub or ())
+    return {"rng": None if rng is None else rng.bit_generator.state,
+            "sub": {str(k): _space_state(s) for k, s in items if isinstance(s, gym.Space)}}
 
 
-def _sub_envs(envs) -> list:
-    """The sub-envs of a sync vector env under its wrappers ([] for an async one)."""
-    return list(getattr(getattr(envs, "unwrapped", envs), "envs", None) or [])
+def _set_space_state(space: gym.Space, state: dict) -> None:
+    space._np_random = _generator(state["rng"], space._np_random)
+    sub = getattr(space, "spaces", None)
+    items = sub.items() if isinstance(sub, dict) else enumerate(sub or ())
+    for key, s in items:
+        if str(key) in state["sub"]:
+            _set_space_state(s, state["sub"][str(key)])
 
 
-def dump_envs(envs) -> bytes | None:
-    """The vector env as bytes, or None when it cannot be saved (async: its envs are subprocesses)."""
-    try:
-        return pickle.dumps({"format": _FORMAT, "envs": envs,
-                             "mujoco": [_mujoco_state(e) for e in _sub_envs(envs)]})
-    except Exception:
+def _mjdata_state(data) -> dict:
+    arrays = {k: getattr(data, k).copy() for k in dir(data)
+              if not k.startswith("_") and isinstance(getattr(data, k), np.ndarray)}
+    return {"time": float(data.time), "arrays": arrays}
+
+
+def _set_mjdata_state(data, state: dict) -> None:
+    """Each saved array into MjData's own, where its size is this data's: those sized by the
+    contacts of a step (the constraint rows) are rebuilt from the state by the next step."""
+    data.time = state["time"]
+    for name, value in state["arrays"].items():
+        target = getattr(data, name, None)
+        if isinstance(target, np.ndarray) and target.shape == np.shape(value):
+            target[...] = value
+
+
+def _is_env(value: Any) -> bool:
+    return isinstance(value, (gym.Env, gym.vector.VectorEnv))
+
+
+def _node_state(obj: Any) -> dict:
+    node = {"type": type(obj).__name__, "attrs": {}, "generators": {}, "spaces": {}, "mujoco": {}, "envs": {}}
+    for name, value in vars(obj).items():
+        if name in _NOT_STATE:
+            continue
+        if _is_env(value):
+            node["envs"][name] = [_node_state(value)]
+        elif isinstance(value, list) and value and all(_is_env(v) for v in value):
+            node["envs"][name] = [_node_state(v) for v in value]
+        elif isinstance(value, np.random.Generator):
+            node["generators"][name] = value.bit_generator.state
+        elif isinstance(value, gym.Space):
+            node["spaces"][name] = _space_state(value)
+        elif type(value).__name__ == "MjData":
+            node["mujoco"][name] = _mjdata_state(value)
+        elif _plain(value):
+            node["attrs"][name] = _copy(value)
+    return node
+
+
+def _set_node_state(obj: Any, node: dict, where: str) -> None:
+    if node.get("type") != type(obj).__name__:
+        raise EnvStateError(f"{where} was a {node.get('type')} when saved, but this run built a {type(obj).__name__}")
+    for name, saved in node["envs"].items():
+        value = getattr(obj, name, None)
+        children = value if isinstance(value, list) else [value]
+        if len(children) != len(saved) or not all(_is_env(c) for c in children):
+            raise EnvStateError(f"{where}.{name} holds {len(saved)} env(s) in the checkpoint but not in this run")
+        for i, (child, state) in enumerate(zip(children, saved)):
+            _set_node_state(child, state, f"{where}.{name}[{i}]" if isinstance(value, list) else f"{where}.{name}")
+    for name, value in node["attrs"].items():
+        if name.startswith("__"):
+            raise EnvStateError(f"{where} holds a saved attribute {name!r}, which no env state has")
+        setattr(obj, name, _copy(value))
+    for name, state in node["generators"].items():
+        setattr(obj, name, _generator(state, getattr(obj, name, None)))
+    for name, state in node["spaces"].items():
+        space = getattr(obj, name, None)
+        if not isinstance(space, gym.Space):
+            raise EnvStateError(f"{where}.{name} was a space when saved, but is not one in this run")
+        _set_space_state(space, state)
+    for name, state in node["mujoco"].items():
+        data = getattr(obj, name, None)
+        if type(data).__name__ != "MjData":
+            raise EnvStateError(f"{where}.{name} held MuJoCo data when saved, but does not in this run")
+        _set_mjdata_state(data, state)
+
+
+def _async(envs) -> bool:
+    while envs is not None:
+        if isinstance(envs, gym.vector.AsyncVectorEnv):
+            return True
+        envs = getattr(envs, "env", None)
+    return False
+
+
+def env_state(envs) -> dict | None:
+    """The vector env's state as plain data, or None when it cannot be saved (async: its envs are
+    subprocesses)."""
+    if _async(envs):
         return None
+    return {"format": FORMAT, "envs": _node_state(envs)}
 
 
-def load_envs(blob: bytes):
-    """The vector env `dump_envs` saved, every sub-env in the state it was in (a checkpoint from
-    before this format holds the bare pickle)."""
+def set_env_state(envs, state: dict) -> None:
+    """Write `env_state`'s record into `envs`, built from the same config: every sub-env goes on
+    from where it was."""
+    if not (isinstance(state, dict) and state.get("format") == FORMAT):
+        raise EnvStateError("the checkpoint's env state is not of this format")
+    _set_node_state(envs, state["envs"], "envs")
+
+
+def load_pickled_envs(blob: bytes):
+    """The vector env a checkpoint written before the plain-data format pickled (format
+    tfrl-envs-1, or a bare pickle before it). Unpickling runs whatever code the bytes name: call
+    this only for a run directory the user has said they trust."""
+    import pickle
+
     saved = pickle.loads(blob)
-    if not (isinstance(saved, dict) and saved.get("format") == _FORMAT):
+    if not (isinstance(saved, dict) and saved.get("format") == "tfrl-envs-1"):
         return saved
     envs = saved["envs"]
-    for env, state in zip(_sub_envs(envs), saved["mujoco"], strict=True):
+    for env, state in zip(list(getattr(getattr(envs, "unwrapped", envs), "envs", None) or []), saved["mujoco"], strict=True):
         if state is not None:
-            _set_mujoco_state(env, state)
+            import mujoco
+
+            u = env.unwrapped
+            mujoco.mj_copyData(u.data, u.model, state["data"])
+            if state["rng"] is not None:
+                rng = np.random.Generator(getattr(np.random, state["rng"]["bit_generator"])())
+                rng.bit_generator.state = state["rng"]
+                u._np_random, u._np_random_seed = rng, state["rng_seed"]
     return envs

@@ -1,9 +1,11 @@
-"""The training envs in a checkpoint: restored mid-episode, they go on exactly as if never saved."""
+"""The training envs in a checkpoint: restored mid-episode, they go on exactly as if never saved,
+from plain data that loads without pickle."""
 import numpy as np
 import pytest
 
 from envs.factory import make_vector_env
-from envs.state import dump_envs, load_envs
+from envs.state import EnvStateError, env_state, set_env_state
+from training import plaindata
 
 
 def rollout(envs, actions):
@@ -14,17 +16,29 @@ def rollout(envs, actions):
     return out
 
 
-@pytest.mark.parametrize("env_id", ["Ant-v5", "Hopper-v5", "Pendulum-v1"])
-def test_restored_envs_continue_exactly(env_id):
+def through_files(tree, tmp_path):
+    plaindata.write(tree, str(tmp_path / "state.json"), str(tmp_path / "state.npz"))
+    return plaindata.read(str(tmp_path / "state.json"), str(tmp_path / "state.npz"))
+
+
+@pytest.mark.parametrize("env_id", ["Ant-v5", "Hopper-v5", "Pendulum-v1", "CartPole-v1", "Gridworld-v0"])
+def test_restored_envs_continue_exactly(env_id, tmp_path):
+    """Into envs rebuilt from the same arguments, never reset: 150 steps cross episode ends
+    (terminations, CartPole's and the Gridworld's within a few dozen steps), then an unseeded reset
+    and a draw of the action space, each from its own restored generator."""
     envs = make_vector_env(env_id, 2, seed=3)
     envs.reset(seed=3)
     rng = np.random.default_rng(0)
     rollout(envs, [envs.action_space.sample() for _ in range(7)])  # mid-episode
-    blob = dump_envs(envs)
-    actions = [rng.uniform(envs.action_space.low, envs.action_space.high).astype(np.float32) for _ in range(40)]
+    saved = through_files(env_state(envs), tmp_path)
+    space = envs.action_space
+    actions = [rng.integers(0, space.nvec) if hasattr(space, "nvec") else
+               rng.uniform(space.low, space.high).astype(np.float32) for _ in range(150)]
     after = rollout(envs, actions)
     first_reset = envs.reset()[0]  # unseeded: from each env's own RNG
-    restored = load_envs(blob)
+    drawn = envs.action_space.sample()
+    restored = make_vector_env(env_id, 2, seed=3)
+    set_env_state(restored, saved)
     again = rollout(restored, actions)
     for (o1, r1, te1, tr1), (o2, r2, te2, tr2) in zip(after, again):
         np.testing.assert_array_equal(o1, o2)
@@ -32,16 +46,69 @@ def test_restored_envs_continue_exactly(env_id):
         np.testing.assert_array_equal(te1, te2)
         np.testing.assert_array_equal(tr1, tr2)
     np.testing.assert_array_equal(first_reset, restored.reset()[0])
+    np.testing.assert_array_equal(drawn, restored.action_space.sample())
     envs.close()
     restored.close()
+
+
+def test_mujoco_derived_quantities_come_back_too():
+    """Ant's reward reads the torso's position as the last step left it (a derived quantity, one
+    physics step behind qpos): restoring qpos/qvel alone and recomputing would change it."""
+    envs = make_vector_env("Ant-v5", 1, seed=0)
+    envs.reset(seed=0)
+    rollout(envs, [envs.action_space.sample() for _ in range(5)])
+    saved = env_state(envs)
+    restored = make_vector_env("Ant-v5", 1, seed=0)
+    set_env_state(restored, saved)
+    data, again = envs.unwrapped.envs[0].unwrapped.data, restored.unwrapped.envs[0].unwrapped.data
+    for name in ("qpos", "qvel", "qacc_warmstart", "xpos", "cfrc_ext", "act", "ctrl"):
+        np.testing.assert_array_equal(getattr(data, name), getattr(again, name), err_msg=name)
+    assert data.time == again.time
+
+
+def test_state_of_another_env_is_refused():
+    envs = make_vector_env("Pendulum-v1", 1, seed=0)
+    envs.reset(seed=0)
+    saved = env_state(envs)
+    with pytest.raises(EnvStateError, match="PendulumEnv when saved, but this run built a CartPoleEnv"):
+        set_env_state(make_vector_env("CartPole-v1", 1, seed=0), saved)
+    with pytest.raises(EnvStateError, match="holds 1 env"):
+        set_env_state(make_vector_env("Pendulum-v1", 2, seed=0), saved)
 
 
 def test_async_envs_are_not_saved():
     envs = make_vector_env("Pendulum-v1", 2, seed=0, vectorization="async")
     try:
-        assert dump_envs(envs) is None
+        assert env_state(envs) is None
     finally:
         envs.close()
+
+
+def test_plain_data_round_trips_with_its_types(tmp_path):
+    from collections import deque
+
+    tree = {"i": 3, "big": 2**100, "f": -np.inf, "s": "x", "n": None, "b": True, "t": (1, (2.5, "a")),
+            "l": [1, [np.float32(0.1)]], "d": deque([1.0, 2.0], maxlen=5), "k": {1: "int key", "__plain__": 2},
+            "a": np.arange(6, dtype=np.int16).reshape(2, 3), "u": np.uint8(7), "e": np.zeros((0, 3))}
+    back = through_files(tree, tmp_path)
+    assert back.keys() == tree.keys()
+    assert back["t"] == (1, (2.5, "a")) and back["big"] == 2**100 and back["f"] == -np.inf
+    assert type(back["l"][1][0]) is np.float32 and back["l"][1][0] == np.float32(0.1)
+    assert isinstance(back["d"], deque) and back["d"].maxlen == 5 and list(back["d"]) == [1.0, 2.0]
+    assert back["k"] == {1: "int key", "__plain__": 2}
+    assert back["a"].dtype == np.int16 and back["a"].tolist() == tree["a"].tolist() and back["a"].flags.writeable
+    assert type(back["u"]) is np.uint8 and back["e"].shape == (0, 3)
+
+
+def test_plain_data_refuses_objects_by_their_place(tmp_path):
+    with pytest.raises(plaindata.PlainDataError, match=r"state.loop.x\[1\] is a builtins.object"):
+        plaindata.encode({"loop": {"x": [1, object()]}})
+    with pytest.raises(plaindata.PlainDataError, match="array of Python objects"):
+        plaindata.encode({"a": np.array([None, 1], dtype=object)})
+    (tmp_path / "s.json").write_text('{"x": {"__plain__": "exec", "code": "1"}}')
+    np.savez(tmp_path / "s.npz")
+    with pytest.raises(plaindata.PlainDataError, match="unknown kind 'exec'"):
+        plaindata.read(str(tmp_path / "s.json"), str(tmp_path / "s.npz"))
 
 
 def test_vector_episode_statistics_count_every_episode_in_full():

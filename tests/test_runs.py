@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -64,7 +65,7 @@ def test_checkpoints_are_complete_and_pruned(reference):
     assert sorted(os.listdir(reference / "checkpoints")) == ["best", "step_0000000400", "step_0000000600"]
     for d in glob.glob(str(reference / "checkpoints" / "step_*")):
         meta = json.load(open(os.path.join(d, "meta.json")))
-        assert set(meta["files"]) >= {"agent.index", "buffer.npz", "state.pkl"}
+        assert set(meta["files"]) >= {"agent.index", "buffer.npz", "state.json", "state.npz"}
     assert not glob.glob(str(reference / "checkpoints" / "*.tmp"))
 
 
@@ -166,11 +167,25 @@ def test_resume_after_kill_reproduces_the_uninterrupted_run(tmp_path, long_refer
         assert "stopped by SIGTERM" in out and f"resume={run_dir}" in out
     else:
         assert proc.returncode == -signal.SIGKILL
+        # the killed run's hold is stale: its record is left, its lock went with the process
+        assert json.loads((run_dir / "run.lock").read_text())["pid"] == proc.pid
     assert not os.path.exists(run_dir / "summary.json")
 
-    proc = resume(run_dir)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "resumed" in proc.stdout
+    # two resumes at once: the one that comes second is refused, naming the first, and writes nothing
+    first = subprocess.Popen([sys.executable, "train.py", f"resume={run_dir}"], cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while time.time() < deadline and json.loads((run_dir / "run.lock").read_text() or "{}").get("pid") != first.pid:
+        time.sleep(0.1)
+    listing = sorted(os.listdir(run_dir / "checkpoints"))
+    second = resume(run_dir)
+    assert second.returncode == 2, second.stderr[-3000:]
+    assert f"being written by another live process (pid {first.pid} on" in second.stderr
+    assert "Traceback" not in second.stderr
+    assert first.poll() is None, "the first resume ended before the second one tried"
+    assert set(listing) <= set(os.listdir(run_dir / "checkpoints"))
+    out, err = first.communicate(timeout=600)
+    assert first.returncode == 0, err[-3000:]
+    assert "resumed" in out
     ref, res = final_weights(reference), final_weights(run_dir)
     assert ref.keys() == res.keys() and len(ref) > 10
     for k in ref:
@@ -378,6 +393,97 @@ def test_corrupt_checkpoint_is_rejected_and_left_in_place(tmp_path, reference, d
         assert proc.returncode == 2
         assert "is corrupt" in proc.stderr and "Traceback" not in proc.stderr
     assert sorted(os.listdir(run_dir / "checkpoints")) == listing
+
+
+class RunsCode:
+    """A pickle that, when loaded, creates the file `marker`: a stand-in for any command."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def plant(checkpoint, name, data):
+    """Write `data` to `checkpoint/name` and its SHA-256 into meta.json, as a tamperer would."""
+    import hashlib
+
+    (checkpoint / name).write_bytes(data)
+    meta = json.loads((checkpoint / "meta.json").read_text())
+    meta["files"][name] = hashlib.sha256(data).hexdigest()
+    (checkpoint / "meta.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("layout", ["new", "old"])
+def test_a_tampered_checkpoint_runs_no_code_on_resume_or_evaluate(tmp_path, reference, layout):
+    """A run directory whose state.pkl was replaced with a pickle that runs code, checksums rewritten
+    to match. Today's checkpoints never open a pickle; one of the old layout (state.pkl, no
+    state.json) is refused on resume without checkpoint.trust_pickle, its files untouched, and
+    evaluate.py needs only the agent's weights."""
+    import pickle
+
+    run_dir = tmp_path / "tampered"
+    shutil.copytree(reference, run_dir)
+    marker = tmp_path / "code_ran"
+    latest = Path(sorted(glob.glob(str(run_dir / "checkpoints" / "step_*")))[-1])
+    if layout == "old":
+        meta = json.loads((latest / "meta.json").read_text())
+        for name in ("state.json", "state.npz"):
+            (latest / name).unlink()
+            del meta["files"][name]
+        (latest / "meta.json").write_text(json.dumps(meta))
+    plant(latest, "state.pkl", pickle.dumps({"loop": RunsCode(marker)}))
+    before = {p: p.read_bytes() for p in (run_dir / "checkpoints").rglob("*") if p.is_file()}
+
+    proc = evaluate(f"run_dir={run_dir}", "episodes=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not marker.exists()
+    proc = resume(run_dir, "total_steps=800")
+    assert not marker.exists()
+    if layout == "new":
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    else:
+        assert proc.returncode == 2 and "checkpoint.trust_pickle=true" in proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert {p: p.read_bytes() for p in (run_dir / "checkpoints").rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("part", ["agent", "buffer", "state"])
+def test_a_checkpoint_that_does_not_fit_the_agent_is_refused(tmp_path, reference, part):
+    """Arrays of the wrong shapes in a checkpoint with matching checksums (a checkpoint of a
+    16-16 network copied over a 32-32 run's, a buffer of another observation size, a loop state
+    with a field this version does not have): a clear error, exit 2, the run's files unchanged."""
+    import numpy as np
+
+    run_dir = tmp_path / "mismatch"
+    shutil.copytree(reference, run_dir)
+    latest = Path(sorted(glob.glob(str(run_dir / "checkpoints" / "step_*")))[-1])
+    if part == "agent":
+        small = tmp_path / "small"
+        proc = train(small, "network.hidden=[16,16]", "total_steps=300", "checkpoint.every=0")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        src = Path(sorted(glob.glob(str(small / "checkpoints" / "step_*")))[-1])
+        for f in src.glob("agent.*"):
+            plant(latest, f.name, f.read_bytes())
+        message = "does not fit this agent"
+    elif part == "buffer":
+        with np.load(latest / "buffer.npz") as npz:
+            arrays = {k: npz[k] for k in npz.files}
+        arrays["data"] = arrays["data"][:, :-1]  # rows one number narrower than this run's transitions
+        np.savez(tmp_path / "b.npz", **arrays)
+        plant(latest, "buffer.npz", (tmp_path / "b.npz").read_bytes())
+        message = "buffer"
+    else:
+        doc = json.loads((latest / "state.json").read_text())
+        doc["loop"]["exec"] = 1
+        plant(latest, "state.json", json.dumps(doc).encode())
+        message = "fields this run does not have (['exec'])"
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "run.lock"}
+    proc = resume(run_dir, "total_steps=800")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "run.lock"} == before
 
 
 def test_bad_run_dirs_and_foreign_checkpoints(tmp_path, reference):

@@ -4,8 +4,15 @@ A checkpoint is a directory `<run_dir>/checkpoints/step_<step>/` holding
     agent.index, agent.data-*   networks, targets, optimizer slots, counters, in-graph RNG
                                 (tf.train.Checkpoint over the agent's trackables)
     buffer.npz                  the replay buffer with its cursor (when saving it is on)
-    state.pkl                   loop state, numpy/Python RNG states, the training envs
+    state.json, state.npz       loop state, numpy/Python RNG states, the training envs, as plain data
+                                (`training.plaindata`: JSON and arrays read without pickle)
     meta.json                   step, what wrote it, and a SHA-256 of every file above
+Loading one executes no code: TensorFlow's checkpoint holds tensors, the buffer and the state are
+arrays read with `allow_pickle=False` and JSON. Checkpoints written before this format hold the
+state as `state.pkl`, a pickle; unpickling runs whatever code the file names, so a resume reads
+it only when the user says they trust the run directory (`checkpoint.trust_pickle=true`), and
+evaluate.py, which needs only the agent, never opens it. The checksums catch corruption, not a
+tampered directory.
 A restore maps buffer.npz's large arrays instead of reading them (`npz_arrays`): the replay buffer
 copies them into its own preallocated rows, so a multi-GB buffer is never held twice in memory.
 It is assembled under a temporary name and renamed into place (atomic on POSIX), and meta.json
@@ -20,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import pickle
 import re
 import shutil
 import struct
@@ -30,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from training import plaindata
 from training.faults import WRITE_FAULTS, write_failure
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -154,9 +161,8 @@ class Checkpointer:
         if buffer_state is not None:
             self._writing = os.path.join(tmp, "buffer.npz")
             np.savez(self._writing, **buffer_state)
-        self._writing = os.path.join(tmp, "state.pkl")
-        with open(self._writing, "wb") as f:
-            pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+        self._writing = os.path.join(tmp, "state.json")
+        plaindata.write(state, self._writing, os.path.join(tmp, "state.npz"))
         files = {}
         for name in sorted(os.listdir(tmp)):
             path = self._writing = os.path.join(tmp, name)
@@ -207,17 +213,29 @@ class Checkpointer:
             shutil.rmtree(path, ignore_errors=True)
 
     # --- reading ------------------------------------------------------------------------
-    def restore(self, path: str, with_buffer: bool = True, agent_only: bool = False) -> tuple[dict, dict | None]:
-        """Verify and load a checkpoint into the trackables; returns (state, buffer_state)."""
+    def restore(self, path: str, with_buffer: bool = True, agent_only: bool = False,
+                trust_pickle: bool = False) -> tuple[dict, dict | None]:
+        """Verify and load a checkpoint into the trackables; returns (state, buffer_state). The
+        state of a checkpoint from before the plain-data format is unpickled only with
+        `trust_pickle`, and refused before anything is loaded without it."""
         meta = verify(path)
+        legacy = "state.json" not in meta["files"] and not agent_only
+        if legacy and not trust_pickle:
+            raise CheckpointError(
+                f"checkpoint {path} was written by an older version of this project, which saved the run's state "
+                f"as a pickle (state.pkl); loading a pickle runs whatever code it names, so a tampered run directory "
+                f"could run commands on your machine. If you trust this directory (you, or someone you trust, wrote "
+                f"it and nobody else could change it), resume it with checkpoint.trust_pickle=true: its next "
+                f"checkpoints are written in the format that loads no code. evaluate.py needs no opt-in."
+            )
         for key, value in self.describe.items():
             if key in meta and meta[key] != value:
                 raise CheckpointError(
                     f"checkpoint {path} was written with {key}={meta[key]!r}, but this run has "
                     f"{key}={value!r}; rebuild the run with the saved config (evaluate.py and resume do this)."
                 )
-        status = self._ckpt.read(os.path.join(path, "agent"))
         try:
+            status = self._ckpt.read(os.path.join(path, "agent"))
             if agent_only:
                 status.assert_existing_objects_matched()
             else:
@@ -228,8 +246,16 @@ class Checkpointer:
             ) from err
         if agent_only:
             return {}, None
-        with open(os.path.join(path, "state.pkl"), "rb") as f:
-            state = pickle.load(f)
+        if legacy:
+            import pickle
+
+            with open(os.path.join(path, "state.pkl"), "rb") as f:
+                state = pickle.load(f)  # the user trusts this directory (trust_pickle)
+        else:
+            try:
+                state = plaindata.read(os.path.join(path, "state.json"), os.path.join(path, "state.npz"))
+            except (plaindata.PlainDataError, ValueError, KeyError, TypeError) as err:
+                raise CheckpointError(f"checkpoint {path} holds a state this version cannot read: {err}") from err
         buffer_state = None
         if with_buffer and "buffer.npz" in meta["files"]:
             buffer_state = npz_arrays(os.path.join(path, "buffer.npz"))

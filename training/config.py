@@ -40,8 +40,10 @@ def warnings(cfg: DictConfig) -> list[str]:
 
 def validate(cfg: DictConfig) -> None:
     """Raise ConfigError for settings that would fail later or silently do the wrong thing."""
-    if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool):
-        raise ConfigError(f"seed must be an integer, got {cfg.seed!r}; set e.g. seed=0.")
+    if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or not 0 <= cfg.seed < 2**31:
+        # numpy and gymnasium refuse negative seeds, np.random.seed those from 2**32; the eval env's
+        # seed and a reset on resume add to it, which the ceiling leaves room for
+        raise ConfigError(f"seed must be an integer in [0, 2**31), got {cfg.seed!r}; set e.g. seed=0.")
     total = _positive_int(cfg, "total_steps")
     batch = _positive_int(cfg, "batch_size")
     _positive_int(cfg, "eval_every")
@@ -78,8 +80,8 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"checkpoint.every must be a non-negative integer (0 = only at the end), got {ckpt.every!r}; set e.g. checkpoint.every=50000.")
     if not isinstance(ckpt.keep, int) or isinstance(ckpt.keep, bool) or ckpt.keep < 1:
         raise ConfigError(f"checkpoint.keep must be a positive integer, got {ckpt.keep!r}; set e.g. checkpoint.keep=3.")
-    for key in ("buffer", "best"):
-        if not isinstance(ckpt[key], bool):
+    for key in ("buffer", "best", "trust_pickle"):
+        if not isinstance(ckpt.get(key, False), bool):
             raise ConfigError(f"checkpoint.{key} must be true or false, got {ckpt[key]!r}.")
     every = cfg.logger.every
     if not isinstance(every, int) or isinstance(every, bool) or every <= 0:

@@ -5,6 +5,7 @@ in loop.py, the maths in agents/.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -15,14 +16,15 @@ from typing import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from envs.state import dump_envs, load_envs
+from envs.state import EnvStateError, env_state, load_pickled_envs, set_env_state
 from training.builder import build_run, eval_seed, loop_settings, population_generation
-from training.checkpoints import Checkpointer, list_checkpoints, resolve_checkpoint
+from training.checkpoints import CheckpointError, Checkpointer, list_checkpoints, resolve_checkpoint
 from training.config import ConfigError
 from training.faults import Diverged, check_finite
 from training.loggers import ConsoleLogger, CSVLogger, MultiLogger, TensorBoardLogger, WandbLogger
 from training.loop import LoopHooks, LoopState, initial_state, train
 from training.resume import env_label, hydra_record
+from training.runlock import RunDirLock
 from training.speed import Speed
 
 
@@ -133,25 +135,51 @@ def agent_variables(agent) -> dict:
     return found
 
 
-def restore_latest(run_dir: str, checkpointer: Checkpointer, parts, total_steps: int, with_buffer: bool):
+def loop_state_of(saved, cls, path: str):
+    """The loop's state `cls` (LoopState, EvolutionState) from a checkpoint's plain record of its
+    fields (a trusted old checkpoint holds the unpickled object itself)."""
+    if isinstance(saved, cls):
+        return saved
+    fields = {f.name for f in dataclasses.fields(cls)}
+    if not isinstance(saved, dict) or not set(saved) <= fields:
+        raise CheckpointError(f"checkpoint {path} holds a loop state with fields this run does not have "
+                              f"({sorted(set(saved) - fields) if isinstance(saved, dict) else type(saved).__name__}); "
+                              f"resume it with the version of this project that wrote it.")
+    return cls(**saved)
+
+
+def restore_latest(run_dir: str, checkpointer: Checkpointer, parts, total_steps: int, with_buffer: bool, state_type,
+                   trust_pickle: bool = False):
     """Restore the run's latest checkpoint into the learner and the run's generators; refuse one
-    that already finished `total_steps`. Returns (its path, the saved state, the buffer's arrays)."""
+    that already finished `total_steps`. Returns (its path, the saved record with its loop state
+    as `state_type`, the buffer's arrays)."""
     path = resolve_checkpoint(run_dir, "latest")
-    saved, buffer_state = checkpointer.restore(path, with_buffer=with_buffer)
+    saved, buffer_state = checkpointer.restore(path, with_buffer=with_buffer, trust_pickle=trust_pickle)
+    saved["loop"] = loop_state_of(saved["loop"], state_type, path)
     step = saved["loop"].step
     if step >= total_steps and os.path.exists(os.path.join(run_dir, "summary.json")):
         raise ConfigError(
             f"the run in {run_dir} already reached {step} steps (total_steps={total_steps}); "
             f"to extend it pass a larger total, e.g. total_steps={2 * step}."
         )
-    set_aside_summary(run_dir)
     parts.learner.refresh()
     parts.rng.bit_generator.state = saved["numpy_rng"]
     random.setstate(saved["python_rng"])
     return path, saved, buffer_state
 
 
+def trust_pickle(cfg: DictConfig) -> bool:
+    """The user's word that the run directory is theirs: old checkpoints' pickles may be loaded."""
+    return OmegaConf.select(cfg, "checkpoint.trust_pickle", default=False) is True
+
+
 def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: Callable[[str], None] = print) -> dict:
+    """Train (or, with `resume`, continue) the run in `run_dir`, as its only writer (RunDirLock)."""
+    with RunDirLock(run_dir):
+        return _run_training(cfg, run_dir, resume, console)
+
+
+def _run_training(cfg: DictConfig, run_dir: str, resume: bool, console: Callable[[str], None]) -> dict:
     if not resume and list_checkpoints(run_dir):
         raise ConfigError(
             f"{run_dir} already holds checkpoints of a run; a new run there would prune them. "
@@ -170,20 +198,30 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
     csv_logger = CSVLogger(run_dir)
     state: LoopState | None = None
     if resume:
-        path, saved, buffer_state = restore_latest(run_dir, checkpointer, parts, settings.total_steps, with_buffer=True)
+        path, saved, buffer_state = restore_latest(run_dir, checkpointer, parts, settings.total_steps, with_buffer=True,
+                                                   state_type=LoopState, trust_pickle=trust_pickle(cfg))
         state = saved["loop"]
         if buffer_state is not None:
-            parts.buffer.load_state_dict(buffer_state)
+            try:
+                parts.buffer.load_state_dict(buffer_state)
+            except (ValueError, KeyError) as err:
+                raise CheckpointError(f"checkpoint {path} holds a replay buffer that does not fit this run's: {err}") from err
             del buffer_state  # maps of the checkpoint's file: release them once copied
         else:
             console(f"warning: {path} holds no replay buffer (checkpoint.buffer=false); resuming with an empty one.")
-        if saved["envs"] is not None:
+        if isinstance(saved["envs"], bytes):  # a trusted checkpoint of the pickle format
             parts.envs.close()
-            parts.envs = load_envs(saved["envs"])
+            parts.envs = load_pickled_envs(saved["envs"])
+        elif saved["envs"] is not None:
+            try:
+                set_env_state(parts.envs, saved["envs"])
+            except EnvStateError as err:
+                raise CheckpointError(f"checkpoint {path} holds training envs that do not fit this run's: {err}") from err
         else:
             console("warning: the training envs could not be saved (async vectorization); they restart from a fresh reset.")
             state.obs, _ = parts.envs.reset(seed=int(cfg.seed) + state.step)
             parts.buffer.cut_episodes()  # the episodes under way end at the reset
+        set_aside_summary(run_dir)  # only once all of the checkpoint was taken: a refused one changes no file
         csv_logger.truncate("train", max_step=state.step)
         csv_logger.truncate("update", max_step=state.step)
         csv_logger.truncate("eval", max_rows=len(state.evals))
@@ -198,10 +236,10 @@ def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: C
         # costs one pass over the weights, small next to writing them
         check_finite(agent_variables(learner), st.step, "agent's weights or optimizer state")
         saved = {
-            "loop": st,
+            "loop": dataclasses.asdict(st),
             "numpy_rng": parts.rng.bit_generator.state,
             "python_rng": random.getstate(),
-            "envs": dump_envs(parts.envs),
+            "envs": env_state(parts.envs),
         }
         buffer_state = parts.buffer.state_dict() if cfg.checkpoint.buffer and kind != "best" else None
         checkpointer.save(st.step, saved, buffer_state, best=(kind == "best"))
@@ -308,7 +346,7 @@ def run_evolution(cfg: DictConfig, run_dir: str, parts, checkpointer: Checkpoint
                   console: Callable[[str], None]) -> dict:
     """`run_training` for a population (training/evolution.py): the same checkpoints (no replay
     buffer; the envs are reseeded every generation, so none are saved), loggers and summary."""
-    from training.evolution import EvolutionHooks, EvolutionSettings, train_population
+    from training.evolution import EvolutionHooks, EvolutionSettings, EvolutionState, train_population
 
     learner = parts.learner
     generation, how = population_generation(cfg, learner, parts.envs, parts.speed)
@@ -320,8 +358,10 @@ def run_evolution(cfg: DictConfig, run_dir: str, parts, checkpointer: Checkpoint
     csv_logger = CSVLogger(run_dir)
     state = None
     if resume:
-        path, saved, _ = restore_latest(run_dir, checkpointer, parts, settings.total_steps, with_buffer=False)
+        path, saved, _ = restore_latest(run_dir, checkpointer, parts, settings.total_steps, with_buffer=False,
+                                        state_type=EvolutionState, trust_pickle=trust_pickle(cfg))
         state = saved["loop"]
+        set_aside_summary(run_dir)
         csv_logger.truncate("train", max_step=state.step)
         csv_logger.truncate("eval", max_rows=len(state.evals))
         console(f"resumed {run_dir} from {os.path.basename(path)} at generation {state.generation} (step {state.step})")
@@ -334,7 +374,7 @@ def run_evolution(cfg: DictConfig, run_dir: str, parts, checkpointer: Checkpoint
         if kind == "best" and not cfg.checkpoint.best:
             return
         check_finite(agent_variables(learner), st.step, "population's weights")
-        saved = {"loop": st, "numpy_rng": parts.rng.bit_generator.state, "python_rng": random.getstate(), "envs": None}
+        saved = {"loop": dataclasses.asdict(st), "numpy_rng": parts.rng.bit_generator.state, "python_rng": random.getstate(), "envs": None}
         checkpointer.save(st.step, saved, None, best=(kind == "best"))
 
     return drive(cfg, run_dir, parts, logger, speed, lambda stop_requested: train_population(
