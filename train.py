@@ -34,6 +34,7 @@ from training.config import ConfigError, validate, warnings
 from training.faults import WRITE_FAULTS, Diverged, write_failure, write_problem
 from training.plugins import missing_plugin, unknown_choice
 from training.resume import resume_config
+from training.runlock import RunDirLock
 
 
 def _console(line: str) -> None:
@@ -86,13 +87,8 @@ def _train(cfg: DictConfig, run_dir: str) -> float:
             resume = True
         else:
             resume = False
-        OmegaConf.resolve(cfg)
-        validate(cfg)  # before TensorFlow loads, so a typo fails in a second
-        for warning in warnings(cfg):
-            print(f"warning: {warning}", file=sys.stderr)
-        from training.runner import run_training
-
-        summary = run_training(cfg, run_dir, resume=resume, console=_console)
+        with RunDirLock(run_dir):  # first: a second writer is refused in a second, before TensorFlow loads
+            summary = _run(cfg, run_dir, resume)
     except (ConfigError, EnvConfigError, CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
@@ -123,6 +119,16 @@ def _train(cfg: DictConfig, run_dir: str) -> float:
         f"  TensorBoard: tensorboard --logdir {os.path.join(run_dir, 'tb')}"
     )
     return summary["final_return"]
+
+
+def _run(cfg: DictConfig, run_dir: str, resume: bool) -> dict:
+    OmegaConf.resolve(cfg)
+    validate(cfg)  # before TensorFlow loads, so a typo fails in a second
+    for warning in warnings(cfg):
+        print(f"warning: {warning}", file=sys.stderr)
+    from training.runner import run_training
+
+    return run_training(cfg, run_dir, resume=resume, console=_console)
 
 
 def _diverged_fix(cfg: DictConfig, run_dir: str) -> str:

@@ -64,3 +64,33 @@ def tf_batch(obs, action, reward, next_obs, discount, weight) -> Batch:
 def weights_of(*models) -> list[list[np.ndarray]]:
     """Copies of the models' weights, now."""
     return [[np.array(w) for w in m.get_weights()] for m in models]
+
+
+def numeric_gradient(f, weights, h=1e-6) -> list[np.ndarray]:
+    """Central differences of the scalar f(weights) with respect to every entry of the arrays in
+    `weights`, in float64."""
+    weights = [np.asarray(w, np.float64) for w in weights]
+    grads = []
+    for i, w in enumerate(weights):
+        g = np.zeros(w.shape)
+        for idx in np.ndindex(w.shape):
+            plus, minus = list(weights), list(weights)
+            plus[i], minus[i] = w.copy(), w.copy()
+            plus[i][idx] += h
+            minus[i][idx] -= h
+            g[idx] = (f(plus) - f(minus)) / (2 * h)
+        grads.append(g)
+    return grads
+
+
+ADAM_FIRST_EPS = 1e-8 / np.sqrt(1 - 0.999)  # agents.base.adam's epsilon as Keras applies it on the first step
+
+
+def adam_first_step(grads, lr: float) -> list[np.ndarray]:
+    """Adam's first step (any beta_1, beta_2 = 0.999) for gradients `grads`: -lr * g / (|g| + eps'),
+    -lr * sign(g) where |g| is well above eps' = 3.2e-7."""
+    return [-lr * g / (np.abs(g) + ADAM_FIRST_EPS) for g in grads]
+
+
+def flat(arrays) -> np.ndarray:
+    return np.concatenate([np.asarray(a, np.float64).ravel() for a in arrays])

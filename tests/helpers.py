@@ -33,8 +33,22 @@ def one(batch) -> Batch:
     return stack([batch])
 
 
-def run_loop(cfg):
-    """Train the composed `cfg` in this process without loggers; (summary, run), its envs closed."""
+class Records:
+    """A logger that keeps every record in memory: `rows[kind]` is a list of (step, metrics)."""
+
+    def __init__(self):
+        self.rows: dict[str, list] = {}
+
+    def log(self, kind, step, metrics):
+        self.rows.setdefault(kind, []).append((step, dict(metrics)))
+
+    def close(self):
+        pass
+
+
+def run_loop(cfg, records: Records | None = None, before_train=None):
+    """Train the composed `cfg` in this process; (summary, run), its envs closed. `records` (if
+    given) receives the loop's records; `before_train(run)` is called on the built run first."""
     from omegaconf import OmegaConf
 
     from training.builder import build_run, loop_settings
@@ -43,9 +57,11 @@ def run_loop(cfg):
 
     OmegaConf.resolve(cfg)
     run = build_run(cfg)
+    if before_train is not None:
+        before_train(run)
     try:
         summary = train(run.learner, run.buffer, run.envs, run.eval_env, loop_settings(cfg, run.speed),
-                        MultiLogger([]), driver=run.driver)
+                        MultiLogger([records] if records is not None else []), driver=run.driver)
     finally:
         run.close()
     return summary, run

@@ -3,7 +3,9 @@ the r/d clipping, the running statistics, where the gradient flows), the joint f
 delayed actor and temperature, acting, the networks CrossQ refuses, and the contract the loop
 relies on."""
 import functools
+import math
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -11,6 +13,7 @@ import tensorflow as tf
 from agents import losses
 from agents.crossq import CrossQ, crossq_critic_loss
 from agents.losses import clipped_log_std
+from hand_nets import adam_first_step, flat, numeric_gradient
 from helpers import compiled, one, random_batch
 from networks.batch_renorm import DMAX, RMAX, BatchRenorm
 from networks.mlp import mlp
@@ -220,6 +223,191 @@ def test_first_update_by_hand():
     assert float(metrics["target_q"]) == pytest.approx(target.mean(), rel=1e-4, abs=1e-4)
     np.testing.assert_allclose(metrics["td_error"].numpy(), np.maximum(abs(target - q1), abs(target - q2)), rtol=1e-4,
                                atol=1e-4)
+
+
+# --- the delayed step by value ------------------------------------------------------------------
+
+HAND_LR = dict(actor_lr=0.01, critic_lr=0.05, alpha_lr=0.2)
+
+
+def values_of(*models) -> dict:
+    """Every variable of the models, by its path, as float64."""
+    return {v.path: np.array(v.numpy(), np.float64) for m in models for v in m.weights}
+
+
+def np_forward(model, values, x, training):
+    """A Batch Renorm mlp's output in float64 numpy, its variables' values looked up by path in
+    `values`: a BatchRenorm layer in training mode normalizes by the batch's moments (`reference_brn`:
+    plain BatchNorm until its count passes the warm-up, the renorm correction after), in inference
+    mode by the running statistics; Dense layers with their relu or linear activation."""
+    h = np.asarray(x, np.float64)
+    for layer in model.layers:
+        if isinstance(layer, BatchRenorm):
+            scale, bias, mean, var, calls = (values[v.path] for v in (layer.scale, layer.bias, layer.running_mean,
+                                                                       layer.running_var, layer.calls))
+            if training:
+                h, _, _ = reference_brn(h, mean, var, float(calls), layer.warmup, layer.momentum, layer.epsilon,
+                                        scale, bias)
+            else:
+                h = (h - mean) / np.sqrt(var + layer.epsilon) * scale + bias
+        elif isinstance(layer, keras.layers.Dense):
+            h = h @ values[layer.kernel.path] + values[layer.bias.path]
+            activation = layer.activation.__name__
+            assert activation in ("relu", "linear"), activation
+            h = np.maximum(h, 0.0) if activation == "relu" else h
+    return h
+
+
+def randomize(model, rng):
+    """Weights of its own for every variable but the counts: kernels and biases N(0, 0.5), Batch
+    Renorm scales U(0.5, 1.5), running means N(0, 0.5) and variances U(0.5, 2), so that inference
+    mode (the running statistics) and training mode (the batch's) differ."""
+    for v in model.weights:
+        name = v.path.split("/")[-1]
+        if name == "calls":
+            continue
+        shape = tuple(v.shape)
+        value = {"running_var": rng.uniform(0.5, 2.0, shape), "scale": rng.uniform(0.5, 1.5, shape)}.get(
+            name, rng.normal(0.0, 0.5, shape))
+        v.assign(value.astype(np.float32))
+
+
+def hand_policy_sample(actor, values, obs, noise, training):
+    """a = tanh(mean + std * noise) onto the box and log pi(a|s), float64; log std clamped to [-20, 2]."""
+    out = np_forward(actor, values, obs, training)
+    mean, log_std = out[:, :ACT], np.clip(out[:, ACT:], -20.0, 2.0)
+    u = mean + np.exp(log_std) * noise
+    log_det = 2.0 * (np.log(2.0) - np.abs(u) - np.log1p(np.exp(-2.0 * np.abs(u))))
+    logp = (-0.5 * noise**2 - log_std - 0.5 * np.log(2 * np.pi) - log_det).sum(-1)
+    return LOW + (np.tanh(u) + 1.0) * (HIGH - LOW) / 2, logp
+
+
+def test_the_delayed_actor_and_temperature_steps_by_hand():
+    """policy_delay 2: update 1 leaves the actor and the temperature alone; update 2, recomputed in
+    numpy from the weights before it and its noise (replayed: the next action's draw, then the
+    actor's sample):
+    - the actor's sample in training mode (the batch's moments in its Batch Renorm);
+    - the temperature: log alpha takes Adam's first step against -mean(log pi + target_entropy);
+    - the actor: actor_loss = mean(alpha * log pi - min(Q1, Q2)(s, a)) with alpha from before the
+      update and the critics after their step in inference mode (their running statistics); each
+      actor weight (Batch Renorm scales and biases too) moves by Adam's first step, -lr * sign(g),
+      g that loss's gradient by central differences. The critics in training mode, or the sign
+      flipped, give another step."""
+    init_alpha, n = 0.3, 8
+    network = functools.partial(mlp, hidden=[8], batch_renorm=True, renorm_warmup=100_000)
+    agent = make(network=network, policy_delay=2, init_alpha=init_alpha, **HAND_LR)
+    rng = np.random.default_rng(10)
+    for model in (agent.actor, agent.critic1, agent.critic2):
+        randomize(model, rng)
+    actor0 = values_of(agent.actor)
+    agent.update(batch(rng, n))
+    # update 1: the critics only (the next action drawn in inference mode)
+    assert all(np.array_equal(v, actor0[k]) for k, v in values_of(agent.actor).items())
+    assert float(agent.log_alpha.numpy()) == pytest.approx(math.log(init_alpha), abs=1e-7)
+
+    b = batch(rng, n)
+    probe = tf.random.Generator.from_state(agent._tf_rng.state.numpy(), agent._tf_rng.algorithm)
+    probe.normal([n, ACT])  # the next action's draw
+    noise = probe.normal([n, ACT]).numpy()
+    m = {k: np.asarray(v) for k, v in agent.update(b).items()}
+    actor1, critics1 = values_of(agent.actor), values_of(agent.critic1, agent.critic2)
+
+    # the temperature
+    _, logp = hand_policy_sample(agent.actor, actor0, b.obs, noise, training=True)
+    te = agent.target_entropy
+    assert float(m["alpha"]) == pytest.approx(init_alpha, rel=1e-6)
+    assert float(m["alpha_loss"]) == pytest.approx(-math.log(init_alpha) * np.mean(logp + te), rel=1e-4, abs=1e-5)
+    assert float(m["entropy"]) == pytest.approx(-np.mean(logp), rel=1e-4, abs=1e-5)
+    alpha_step = adam_first_step([np.array(-np.mean(logp + te))], HAND_LR["alpha_lr"])[0]
+    assert float(agent.log_alpha.numpy()) == pytest.approx(math.log(init_alpha) + alpha_step, abs=1e-5)
+
+    # the actor
+    paths = [v.path for v in agent.actor.trainable_variables]
+
+    def actor_loss(trainable, critics_training=False):
+        values = {**actor0, **dict(zip(paths, trainable))}
+        a, lp = hand_policy_sample(agent.actor, values, b.obs, noise, training=True)
+        sa = np.concatenate([b.obs, a], 1)
+        q = np.minimum(*(np_forward(c, critics1, sa, critics_training)[:, 0] for c in (agent.critic1, agent.critic2)))
+        return np.mean(init_alpha * lp - q)
+
+    theta0 = [actor0[p] for p in paths]
+    g = flat(numeric_gradient(actor_loss, theta0))
+    g_training = flat(numeric_gradient(lambda t: actor_loss(t, critics_training=True), theta0))
+    step = flat([actor1[p] for p in paths]) - flat(theta0)
+    clear = np.abs(g) > 1e-4  # well above Adam's epsilon and float32's error
+    assert clear.mean() > 0.5
+    assert np.sum(np.sign(g_training[clear]) != np.sign(g[clear])) >= 2  # critics in training mode: another step
+    np.testing.assert_allclose(step[clear], flat(adam_first_step([g], HAND_LR["actor_lr"]))[clear], rtol=1e-3,
+                               atol=1e-6, err_msg="the actor's step: -lr * sign of the gradient")
+    assert np.all(np.abs(step) <= HAND_LR["actor_lr"] * (1 + 1e-4))
+    np.testing.assert_allclose(m["actor_loss"], actor_loss(theta0), rtol=1e-4, atol=1e-5,
+                               err_msg="actor_loss on the critics in inference mode")
+
+
+def test_past_the_renorm_warmup_the_update_renormalizes_by_hand():
+    """renorm_warmup=2 (network.renorm_warmup), policy_delay=1: updates 1-3 are plain BatchNorm;
+    update 4 (every layer's count at 3 > 2) is recomputed in numpy from the networks before it and
+    its noise: the next action in inference mode, the critics' joint training-mode pass
+    with the renorm correction, the soft target, the critics' loss and td_error, and the actor's
+    training-mode sample (the temperature's metrics), also renormalized. The observations sit far
+    from the running statistics (around 6, std 0.2, as an unnormalized feature can), so that the
+    correction is clipped at both bounds (r = 1/rmax, d = dmax on the input layer), and plain
+    BatchNorm would give other values. Updates 5-8 stay finite."""
+    n, warmup = 8, 2
+    network = functools.partial(mlp, hidden=[8], batch_renorm=True, renorm_warmup=warmup)
+    agent = make(network=network, policy_delay=1)
+    rng = np.random.default_rng(12)
+
+    def shifted_batch():
+        b = batch(rng, n)
+        return b._replace(obs=(6.0 + 0.2 * b.obs).astype(np.float32),
+                          next_obs=(6.0 + 0.2 * b.next_obs).astype(np.float32))
+
+    for _ in range(3):
+        agent.update(shifted_batch())
+    models = (agent.actor, agent.critic1, agent.critic2)
+    brns = [layer for m in models for layer in m.layers if isinstance(layer, BatchRenorm)]
+    assert [(layer.warmup, float(layer.calls.numpy())) for layer in brns] == [(warmup, 3.0)] * len(brns)  # past it
+    assert (RMAX, DMAX) == (3.0, 5.0)  # sb3-contrib's bounds, which the numpy reference takes from the module
+
+    b = shifted_batch()
+    v = values_of(*models)
+    alpha = math.exp(float(agent.log_alpha.numpy()))
+    probe = tf.random.Generator.from_state(agent._tf_rng.state.numpy(), agent._tf_rng.algorithm)
+    noise_next, noise_pi = probe.normal([n, ACT]).numpy(), probe.normal([n, ACT]).numpy()
+    m = {k: np.asarray(x) for k, x in agent.update(b).items()}
+
+    def hand(values):
+        next_a, next_logp = hand_policy_sample(agent.actor, values, b.next_obs, noise_next, training=False)
+        joint = np.concatenate([np.concatenate([b.obs, b.action], 1), np.concatenate([b.next_obs, next_a], 1)])
+        (q1, n1), (q2, n2) = (np.split(np_forward(c, values, joint, True)[:, 0], 2) for c in models[1:])
+        y = b.reward + b.discount * (np.minimum(n1, n2) - alpha * next_logp)
+        loss = 0.5 * (np.mean((q1 - y) ** 2) + np.mean((q2 - y) ** 2))
+        _, logp = hand_policy_sample(agent.actor, values, b.obs, noise_pi, training=True)
+        return {"critic_loss": loss, "target_q": y.mean(), "td_error": np.maximum(abs(y - q1), abs(y - q2)),
+                "entropy": -logp.mean()}
+
+    expected = hand(v)
+    plain = hand({k: (np.zeros_like(x) if k.endswith("calls") else x) for k, x in v.items()})  # counts at 0: no renorm
+    for key in ("critic_loss", "target_q", "td_error", "entropy"):
+        assert np.max(np.abs(np.asarray(plain[key]) - expected[key])) > 0.05, key  # renorm changes every value
+        np.testing.assert_allclose(m[key], expected[key], rtol=1e-4, atol=1e-4,
+                                   err_msg=f"{key} with the renorm correction")
+    # the correction is clipped at both bounds on the critics' input layer
+    for critic in models[1:]:
+        layer = critic.get_layer(f"{critic.name}_brn0")
+        x = np.concatenate([b.obs, b.next_obs])  # the observation features of the joint pass
+        running_std = np.sqrt(v[layer.running_var.path][:OBS] + layer.epsilon)
+        r = np.sqrt(x.var(0, ddof=1) + layer.epsilon) / running_std
+        d = (x.mean(0) - v[layer.running_mean.path][:OBS]) / running_std
+        assert np.all(r < 1 / RMAX) and np.all(d > DMAX), (r, d)
+
+    for _ in range(4):
+        m = agent.update(shifted_batch())
+        assert all(np.all(np.isfinite(np.asarray(x))) for x in m.values())
+    assert all(np.all(np.isfinite(w.numpy())) for model in models for w in model.weights)
+    assert float(agent.critic1.get_layer("critic1_brn1").calls.numpy()) == 8.0
 
 
 def test_the_actor_and_the_temperature_step_on_every_third_update():

@@ -10,6 +10,8 @@ import tensorflow as tf
 from agents import losses
 from agents.sac import SAC
 from buffers.types import Batch
+from hand_nets import (adam_first_step, builder, flat, forward, numeric_gradient, q_value, random_weights, tf_batch,
+                       weights_of)
 from helpers import compiled, one, random_batch
 from networks.mlp import mlp
 
@@ -73,7 +75,7 @@ def test_soft_value_actor_and_temperature_losses_by_hand():
 def test_first_update_by_hand():
     """The critic target with its entropy term, the temperature's step and the targets' Polyak
     move, recomputed from the networks' weights before the update and the update's own noise."""
-    agent = make(init_alpha=0.5, tau=0.1)
+    agent = make(init_alpha=0.5, tau=0.1, log_std="tanh")  # the hand sample below maps the log std by tanh
     rng = np.random.default_rng(1)
     b = batch(rng)
     # the two samples the update draws, in its order: pi(.|s) first, then pi(.|s'); same generator state
@@ -109,9 +111,118 @@ def test_first_update_by_hand():
     # Adam's first step moves log alpha by lr against the sign of its gradient -mean(log pi - |A|)
     step = -3e-4 * np.sign(-np.mean(logp + agent.target_entropy))
     assert float(agent.log_alpha.numpy()) == pytest.approx(math.log(0.5) + step, abs=1e-6)
-    for online, target, before in ((agent.critic1, agent.critic1_target, w["critic1_target"]),):
-        for o, t, t0 in zip(online.get_weights(), target.get_weights(), before):
-            np.testing.assert_allclose(t, t0 + 0.1 * (o - t0), rtol=1e-5, atol=1e-6)
+    for online, target, before in ((agent.critic1, agent.critic1_target, w["critic1_target"]),
+                                   (agent.critic2, agent.critic2_target, w["critic2_target"])):
+        for o, t, t0 in zip(online.get_weights(), target.get_weights(), before, strict=True):
+            np.testing.assert_allclose(t, t0 + 0.1 * (o - t0), rtol=1e-5, atol=1e-6, err_msg=target.name)
+
+
+# --- one update's steps by value, every network with weights of its own --------------------------
+
+NETS = ("actor", "critic1", "critic2", "critic1_target", "critic2_target")
+HAND_LR = dict(actor_lr=0.01, critic_lr=0.2, alpha_lr=0.2)
+NP_LOG_STD = {"tanh": lambda raw: -5.0 + 3.5 * (np.tanh(raw) + 1.0), "clip": lambda raw: np.clip(raw, -20.0, 2.0)}
+
+
+def hand_sample(actor_w, obs, noise, log_std):
+    """a = tanh(mean + std * noise) onto the box and log pi(a|s) of the squashed action, in float64;
+    log(1 - tanh(u)^2) written as 2 (log 2 - |u| - log(1 + exp(-2|u|)))."""
+    out = forward(actor_w, obs)
+    mean, ls = out[:, :ACT], NP_LOG_STD[log_std](out[:, ACT:])
+    u = mean + np.exp(ls) * noise
+    log_det = 2.0 * (np.log(2.0) - np.abs(u) - np.log1p(np.exp(-2.0 * np.abs(u))))
+    logp = (normal_logpdf(u, mean, np.exp(ls)) - log_det).sum(-1)
+    return LOW + (np.tanh(u) + 1.0) * (HIGH - LOW) / 2, logp
+
+
+@pytest.mark.parametrize("log_std", sorted(losses.LOG_STD_MAPS))
+def test_actor_critic_and_temperature_steps_by_hand(log_std):
+    """One update from chosen weights (the targets differ from the critics), recomputed in numpy
+    from the weights before it and its own noise, replayed from a copy of the generator (the
+    sample of pi(.|s) drawn first, then pi(.|s')):
+    - the temperature: alpha in the losses is the value before its step; log alpha takes Adam's
+      first step against the sign of -mean(log pi + target_entropy);
+    - the critics: half the sum of their IS-weighted squared errors, and Adam's first step on its
+      gradient (central differences);
+    - the actor: actor_loss = mean(alpha * log pi - min(Q1, Q2)) on the critics AFTER their step
+      with the sample drawn before it, and each weight moves by Adam's first step, -lr * sign(g),
+      g that loss's gradient by central differences; the critics before their step, or the loss's
+      sign flipped, give another step;
+    - both target critics: Polyak by tau towards their critic after its step."""
+    init_alpha, tau, n = 0.2, 0.1, 8
+    agent = SAC(OBS, LOW, HIGH, builder([8]), np.random.default_rng(0), init_alpha=init_alpha, tau=tau,
+                log_std=log_std, **HAND_LR)
+    rng = np.random.default_rng(1)
+    for name in NETS:
+        model = getattr(agent, name)
+        model.set_weights(random_weights(model, rng))
+    b = {"obs": rng.normal(size=(n, OBS)), "action": rng.uniform(LOW, HIGH, size=(n, ACT)),
+         "reward": rng.normal(size=n), "next_obs": rng.normal(size=(n, OBS)),
+         "discount": np.where(np.arange(n) % 4 == 3, 0.0, 0.99),  # some terminal transitions
+         "weight": rng.uniform(0.5, 1.5, size=n)}  # importance weights scale each sample's squared error
+    b = {k: v.astype(np.float32) for k, v in b.items()}
+    w0 = dict(zip(NETS, weights_of(*(getattr(agent, k) for k in NETS))))
+    probe = tf.random.Generator.from_state(agent._tf_rng.state.numpy(), agent._tf_rng.algorithm)
+    noise_obs, noise_next = probe.normal([n, ACT]).numpy(), probe.normal([n, ACT]).numpy()
+
+    m = {k: np.asarray(v) for k, v in agent.update(tf_batch(**b)).items()}
+    w1 = dict(zip(NETS, weights_of(*(getattr(agent, k) for k in NETS))))
+
+    # the temperature
+    _, logp = hand_sample(w0["actor"], b["obs"], noise_obs, log_std)
+    te = agent.target_entropy
+    assert float(m["alpha"]) == pytest.approx(init_alpha, rel=1e-6)
+    assert float(m["alpha_loss"]) == pytest.approx(-math.log(init_alpha) * np.mean(logp + te), rel=1e-4, abs=1e-5)
+    assert float(m["entropy"]) == pytest.approx(-np.mean(logp), rel=1e-4, abs=1e-5)
+    alpha_step = adam_first_step([np.array(-np.mean(logp + te))], HAND_LR["alpha_lr"])[0]
+    assert abs(alpha_step) == pytest.approx(HAND_LR["alpha_lr"], rel=1e-4)
+    # (Keras' float32 beta_2 makes its first step 6e-6 shorter in relative terms: tolerances allow for it)
+    assert float(agent.log_alpha.numpy()) == pytest.approx(math.log(init_alpha) + alpha_step, abs=1e-5)
+
+    # the critics
+    next_a, next_logp = hand_sample(w0["actor"], b["next_obs"], noise_next, log_std)
+    next_q = np.minimum(q_value(w0["critic1_target"], b["next_obs"], next_a),
+                        q_value(w0["critic2_target"], b["next_obs"], next_a))
+    y = b["reward"] + b["discount"] * (next_q - init_alpha * next_logp)
+
+    def critic_loss(ws):
+        c1, c2 = ws[:len(w0["critic1"])], ws[len(w0["critic1"]):]
+        return 0.5 * sum(np.mean(b["weight"] * (q_value(c, b["obs"], b["action"]) - y) ** 2) for c in (c1, c2))
+
+    critics0 = w0["critic1"] + w0["critic2"]
+    np.testing.assert_allclose(m["target_q"], np.mean(y), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(m["critic_loss"], critic_loss(critics0), rtol=1e-4, atol=1e-5)
+    g_critic = flat(numeric_gradient(critic_loss, critics0))
+    critic_step = flat(w1["critic1"] + w1["critic2"]) - flat(critics0)
+    clear = np.abs(g_critic) > 1e-4
+    assert clear.mean() > 0.5
+    np.testing.assert_allclose(critic_step[clear], flat(adam_first_step([g_critic], HAND_LR["critic_lr"]))[clear],
+                               rtol=1e-3, atol=1e-6, err_msg="the critics' step")
+
+    # the actor, on the critics after their step
+    def actor_loss(actor_w, c1, c2, alpha):
+        a, lp = hand_sample(actor_w, b["obs"], noise_obs, log_std)
+        return np.mean(alpha * lp - np.minimum(q_value(c1, b["obs"], a), q_value(c2, b["obs"], a)))
+
+    after, before = (w1["critic1"], w1["critic2"]), (w0["critic1"], w0["critic2"])
+    loss = actor_loss(w0["actor"], *after, init_alpha)
+    assert abs(loss - actor_loss(w0["actor"], *before, init_alpha)) > 0.05  # the critics' step shows in the loss
+    g = flat(numeric_gradient(lambda w: actor_loss(w, *after, init_alpha), w0["actor"]))
+    g_before = flat(numeric_gradient(lambda w: actor_loss(w, *before, init_alpha), w0["actor"]))
+    step = flat(w1["actor"]) - flat(w0["actor"])
+    clear = np.abs(g) > 1e-4  # well above Adam's epsilon and float32's error
+    assert clear.mean() > 0.5
+    assert np.sum(np.sign(g_before[clear]) != np.sign(g[clear])) >= 2  # the critics before their step: another step
+    np.testing.assert_allclose(step[clear], flat(adam_first_step([g], HAND_LR["actor_lr"]))[clear], rtol=1e-3,
+                               atol=1e-6, err_msg="the actor's step: -lr * sign of the gradient")
+    assert np.all(np.abs(step) <= HAND_LR["actor_lr"] * (1 + 1e-4))
+    np.testing.assert_allclose(m["actor_loss"], loss, rtol=1e-4, atol=1e-5, err_msg="actor_loss on the stepped critics")
+
+    # both target critics: Polyak by tau towards the stepped critics
+    for k in (1, 2):
+        for t1, t0, o1 in zip(w1[f"critic{k}_target"], w0[f"critic{k}_target"], w1[f"critic{k}"], strict=True):
+            np.testing.assert_allclose(t1, t0 + tau * (o1.astype(np.float64) - t0), rtol=1e-5, atol=1e-6,
+                                       err_msg=f"critic{k}_target")
 
 
 def test_target_entropy_auto_and_bad_values():

@@ -5,6 +5,7 @@ policy, training at episode ends through the loop, resume, evaluate and export, 
 import json
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ import tensorflow as tf
 from agents import losses
 from agents.td7 import TD7, CheckpointSettings, CheckpointState, checkpoint_schedule
 from buffers.prioritized import PrioritizedReplay
+from hand_nets import adam_first_step, flat, numeric_gradient
 from helpers import compiled, one, random_batch
 from networks.numpy_forward import forward_fn, parse_program
 from networks.sale import SALE, AvgL1Norm
@@ -168,6 +170,207 @@ def test_target_copies_every_n_updates_in_the_fixed_encoders_order():
     # acting holds the weights the last update handed back: the actor on the new fixed encoder
     obs = rng.normal(size=(4, OBS)).astype(np.float32)
     np.testing.assert_allclose(agent.acting(obs), agent.acting.network(obs).numpy(), rtol=1e-5, atol=1e-6)
+
+
+# --- the actor's step and the bootstrapped target by value, past the target copies ----------------
+
+HAND_SALE = dict(zs_dim=4, encoder_hidden=8, critic_hidden=8, actor_hidden=8)
+HAND_LR = dict(actor_lr=0.01, critic_lr=0.01, encoder_lr=0.01)
+HAND_NOISE, HAND_CLIP = 0.4, 0.5  # the smoothing noise's std and clip (in [-1, 1] action units)
+HAND_EVERY, HAND_UPDATES = 3, 5  # target copies at update 3 (and 6); the actor steps at updates 2 and 4
+ENCODERS = ("encoder", "fixed_encoder", "fixed_target_encoder")
+
+
+def hand_models(agent) -> dict:
+    models = {name: getattr(agent, name) for name in ("actor", "actor_target", "critic", "critic_target")}
+    for name in ENCODERS:
+        models[f"{name}_zs"], models[f"{name}_zsa"] = getattr(agent, name).zs, getattr(agent, name).zsa
+    return models
+
+
+def np_dense(values, layer, x):
+    h = x @ values[layer.kernel.path] + values[layer.bias.path]
+    return {"linear": lambda: h, "relu": lambda: np.maximum(h, 0.0), "tanh": lambda: np.tanh(h),
+            "elu": lambda: np.where(h > 0, h, np.expm1(np.minimum(h, 0.0)))}[layer.activation.__name__]()
+
+
+def avg_l1(x):
+    return x / np.maximum(np.mean(np.abs(x), axis=-1, keepdims=True), 1e-8)
+
+
+def np_layers(model, values, x, *suffixes):
+    for suffix in suffixes:
+        x = np_dense(values, model.get_layer(f"{model.name}_{suffix}"), x)
+    return x
+
+
+def np_zs(model, values, obs):
+    """SALE's f(s): two hidden layers, the output scaled by AvgL1Norm."""
+    return avg_l1(np_layers(model, values, obs, "h0", "h1", "out"))
+
+
+def np_zsa(model, values, zs, action):
+    """SALE's g(zs, a) on [zs, a]."""
+    return np_layers(model, values, np.concatenate([zs, action], 1), "h0", "h1", "out")
+
+
+def np_actor(model, values, obs, zs):
+    """pi(s, zs) in [-1, 1]: [AvgL1Norm(l0(s)), zs] through l1, l2 and the tanh output."""
+    x = avg_l1(np_layers(model, values, obs, "l0"))
+    return np_layers(model, values, np.concatenate([x, zs], 1), "l1", "l2", "out")
+
+
+def np_critic(model, values, obs, action, zsa, zs):
+    """(B, 2): per head, [AvgL1Norm(l0([s, a])), zsa, zs] through l1, l2 and the output."""
+    heads = []
+    for k in (1, 2):
+        x = avg_l1(np_layers(model, values, np.concatenate([obs, action], 1), f"q{k}_l0"))
+        heads.append(np_layers(model, values, np.concatenate([x, zsa, zs], 1), f"q{k}_l1", f"q{k}_l2", f"q{k}_out"))
+    return np.concatenate(heads, 1)
+
+
+def hand_target(agent, v, b, noise, value_range, encoder="fixed_target_encoder", actor="actor_target",
+                critic="critic_target", smoothing=True, noise_clip=HAND_CLIP, clipping=True):
+    """r + discount * clip(min(Q1', Q2')(s', a'~), range) from the values `v` by path: a'~ = clip(pi'(s', zs')
+    + clip(noise, -c, c), -1, 1), zs' and zsa' of the encoder named; TD7's: the target actor and critic,
+    the fixed target encoder. Also the next value before its clipping."""
+    enc_zs, enc_zsa = getattr(agent, encoder).zs, getattr(agent, encoder).zsa
+    zs = np_zs(enc_zs, v, b.next_obs)
+    clipped_noise = np.clip(noise, -noise_clip, noise_clip) if smoothing else 0.0 * noise
+    next_action = np.clip(np_actor(getattr(agent, actor), v, b.next_obs, zs) + clipped_noise, -1.0, 1.0)
+    next_q = np_critic(getattr(agent, critic), v, b.next_obs, next_action, np_zsa(enc_zsa, v, zs, next_action),
+                       zs).min(1)
+    value = np.clip(next_q, *value_range) if clipping else next_q
+    return b.reward + b.discount * value, next_q
+
+
+def hand_q(agent, v, b):
+    """Q(s, a) of both heads on the fixed encoder's embeddings, the action scaled to [-1, 1]."""
+    action = (b.action - (HIGH + LOW) / 2) / ((HIGH - LOW) / 2)
+    zs = np_zs(agent.fixed_encoder.zs, v, b.obs)
+    return np_critic(agent.critic, v, b.obs, action, np_zsa(agent.fixed_encoder.zsa, v, zs, action), zs)
+
+
+@pytest.fixture(scope="module")
+def hand_run():
+    """Five updates of a TD7 with small SALE networks whose every network (the three encoders
+    included) starts with weights of its own, target_update_every=3 (a copy at update 3) and
+    policy_delay=2 (the actor steps at 2 and 4); rewards N(-1.2, 0.3**2), a narrow range across
+    which the critics' next values spread, so that value clipping cuts them on both sides. Every
+    variable's value (by path) before each update and after the last, each update's generator
+    state, clipping ranges, batch and metrics."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    agent = TD7(OBS, LOW, HIGH, SALE(**HAND_SALE), np.random.default_rng(0), target_update_every=HAND_EVERY,
+                policy_delay=2, target_noise=HAND_NOISE, noise_clip=HAND_CLIP, **HAND_LR)
+    models = hand_models(agent)
+    rng = np.random.default_rng(20)
+    for model in models.values():
+        model.set_weights([rng.normal(0.0, 0.5, w.shape).astype(np.float32) for w in model.get_weights()])
+
+    def values():
+        return {v.path: np.array(v.numpy(), np.float64) for m in models.values() for v in m.weights}
+
+    before, states, batches, metrics, ranges = [], [], [], [], []
+    for _ in range(HAND_UPDATES):
+        b = batch(rng, 8)
+        b = b._replace(reward=(0.3 * b.reward - 1.2).astype(np.float32))
+        before.append(values())
+        states.append(agent._tf_rng.state.numpy())
+        ranges.append((float(agent.target_min.numpy()), float(agent.target_max.numpy()),
+                       float(agent.value_min.numpy()), float(agent.value_max.numpy())))
+        batches.append(b)
+        metrics.append({k: np.asarray(v) for k, v in agent.update(b).items()})
+    return types.SimpleNamespace(agent=agent, before=before, after=values(), states=states, batches=batches,
+                                 metrics=metrics, ranges=ranges)
+
+
+def replay_noise(agent, state, n):
+    probe = tf.random.Generator.from_state(state, agent._tf_rng.algorithm)
+    return probe.normal([n, ACT]).numpy() * HAND_NOISE
+
+
+def test_the_target_by_hand_past_the_target_copy(hand_run):
+    """Every update's target r + discount * clip(min(Q1', Q2')(s', a'~), [min, max]) recomputed in
+    numpy from the networks before it: the target actor and critic, the fixed target encoder's
+    embeddings, the smoothing noise replayed from a copy of the generator and clipped, the next
+    value clipped to the range recorded up to the last target copy ([0, 0] until update 3's copy,
+    then that of the targets of updates 1-3), checked per sample through td_error (max over the
+    heads of |Q(s, a) - y|) and on average through target_q. At update 5 the three encoders all
+    differ, the actor and critic differ from their targets, clipping cuts next values on both sides
+    and the noise clip binds, so the target without smoothing, without the noise clip, without value
+    clipping, on another encoder or on the online actor or critic would be another number."""
+    run, agent = hand_run, hand_run.agent
+    targets = []
+    for t, (v, b, m) in enumerate(zip(run.before, run.batches, run.metrics, strict=True), start=1):
+        noise = replay_noise(agent, run.states[t - 1], len(b.reward))
+        seen = targets[:len(b.reward) * HAND_EVERY * ((t - 1) // HAND_EVERY)]  # the targets up to the last copy
+        value_range = (min(seen), max(seen)) if seen else (0.0, 0.0)  # the range starts at [0, 0]
+        np.testing.assert_allclose(run.ranges[t - 1][:2], value_range, rtol=1e-5, atol=1e-6,
+                                   err_msg=f"the clipping range at update {t}")
+        np.testing.assert_allclose(run.ranges[t - 1][2:], (min(targets), max(targets)) if targets else (1e8, -1e8),
+                                   rtol=1e-5, err_msg=f"the range of the targets seen before update {t}")
+        y, next_q = hand_target(agent, v, b, noise, value_range)
+        q = hand_q(agent, v, b)
+        np.testing.assert_allclose(m["td_error"], np.abs(q - y[:, None]).max(1), rtol=1e-4, atol=1e-5,
+                                   err_msg=f"update {t}'s per-sample target")
+        np.testing.assert_allclose(m["target_q"], y.mean(), rtol=1e-4, atol=1e-5, err_msg=f"update {t}'s target_q")
+        targets.extend(y.tolist())
+    assert float(agent.value_max.numpy()) == pytest.approx(max(targets), rel=1e-5)
+    assert float(agent.value_min.numpy()) == pytest.approx(min(targets), rel=1e-5)
+
+    # update 5 is not degenerate: each of the parts changes its target
+    v, b = run.before[4], run.batches[4]
+    noise = replay_noise(agent, run.states[4], len(b.reward))
+    lo, hi = run.ranges[4][:2]
+    y, next_q = hand_target(agent, v, b, noise, (lo, hi))
+    assert hi - lo > 0.5 and np.any(next_q < lo - 0.05) and np.any(next_q > hi + 0.05)
+    assert np.any((next_q > lo + 0.05) & (next_q < hi - 0.05))
+    assert np.any(np.abs(noise) > HAND_CLIP)
+    online = {**v, **{k: x for k, x in run.after.items() if k.startswith("encoder_")}}  # after update 5's encoder step
+    for name, other in (("no smoothing", hand_target(agent, v, b, noise, (lo, hi), smoothing=False)[0]),
+                        ("no noise clip", hand_target(agent, v, b, noise, (lo, hi), noise_clip=np.inf)[0]),
+                        ("no value clipping", hand_target(agent, v, b, noise, (lo, hi), clipping=False)[0]),
+                        ("the online actor", hand_target(agent, v, b, noise, (lo, hi), actor="actor")[0]),
+                        ("the online critic", hand_target(agent, v, b, noise, (lo, hi), critic="critic")[0]),
+                        ("the fixed encoder", hand_target(agent, v, b, noise, (lo, hi), encoder="fixed_encoder")[0]),
+                        ("the online encoder", hand_target(agent, online, b, noise, (lo, hi), encoder="encoder")[0])):
+        assert np.abs(other - y).max() > 0.05, name
+
+
+def test_the_actor_steps_on_the_mean_of_both_critics_by_hand(hand_run):
+    """Update 2, the actor's first step: actor_loss = -mean over the batch and both heads of
+    Q(s, pi(s, zs), zsa, zs) with the critic after its step and the fixed encoder's embeddings
+    (sfujim/TD7: `-self.critic(state, actor, zsa, zs).mean()`), and each actor weight moves by
+    Adam's first step, -lr * sign(g), g that loss's gradient by central differences. Q1 alone, or
+    the sign flipped, give another step; updates 1 and 3 leave the actor alone."""
+    run, agent = hand_run, hand_run.agent
+    v0, v1, b, m = run.before[1], run.before[2], run.batches[1], run.metrics[1]
+    paths = [w.path for w in agent.actor.trainable_variables]
+    assert all(np.array_equal(run.before[0][p], v0[p]) for p in paths)  # update 1: no actor step
+    assert all(np.array_equal(v1[p], run.before[3][p]) for p in paths)  # update 3: none
+    critic = {w.path: v1[w.path] for w in agent.critic.weights}  # after update 2's step
+    zs = np_zs(agent.fixed_encoder.zs, v0, b.obs)  # the fixed encoder, not the encoder that stepped
+
+    def actor_loss(trainable, heads=(0, 1)):
+        values = {**v0, **critic, **dict(zip(paths, trainable))}
+        a = np_actor(agent.actor, values, b.obs, zs)
+        q = np_critic(agent.critic, values, b.obs, a, np_zsa(agent.fixed_encoder.zsa, values, zs, a), zs)
+        return -np.mean(q[:, list(heads)])
+
+    theta0 = [v0[p] for p in paths]
+    g = flat(numeric_gradient(actor_loss, theta0))
+    g_q1 = flat(numeric_gradient(lambda t: actor_loss(t, heads=(0,)), theta0))
+    step = flat([v1[p] for p in paths]) - flat(theta0)
+    clear = np.abs(g) > 1e-4  # well above Adam's epsilon and float32's error
+    assert clear.mean() > 0.5
+    assert np.sum(np.sign(g_q1[clear]) != np.sign(g[clear])) >= 2  # Q1 alone would step differently
+    np.testing.assert_allclose(step[clear], flat(adam_first_step([g], HAND_LR["actor_lr"]))[clear], rtol=1e-3,
+                               atol=1e-6, err_msg="the actor's step: -lr * sign of the gradient")
+    assert np.all(np.abs(step) <= HAND_LR["actor_lr"] * (1 + 1e-4))
+    np.testing.assert_allclose(m["actor_loss"], actor_loss(theta0), rtol=1e-4, atol=1e-5,
+                               err_msg="actor_loss: the mean of both heads")
 
 
 def test_switches_remove_their_parts():

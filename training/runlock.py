@@ -25,12 +25,20 @@ class RunDirBusy(ConfigError):
     """Another live process is writing this run directory."""
 
 
+_HELD: dict[str, int] = {}  # lock file -> how many holds of this process: train.py takes it, then run_training
+
+
 class RunDirLock:
+    """Held by this process for as long as the `with` block runs; re-entrant within the process."""
+
     def __init__(self, run_dir: str):
-        self.path = os.path.join(run_dir, LOCK_FILE)
+        self.path = os.path.realpath(os.path.join(run_dir, LOCK_FILE))
         self._fd: int | None = None
 
     def __enter__(self) -> "RunDirLock":
+        if self.path in _HELD:
+            _HELD[self.path] += 1
+            return self
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -50,10 +58,13 @@ class RunDirLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(record).encode(), 0)
         self._fd = fd
+        _HELD[self.path] = 1
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._fd is not None:
+        _HELD[self.path] -= 1
+        if _HELD[self.path] == 0:
+            del _HELD[self.path]
             os.close(self._fd)  # releases the lock
             self._fd = None
 
