@@ -148,7 +148,9 @@ def lap_huber(td_abs: tf.Tensor, min_priority: float = 1.0) -> tf.Tensor:
     return tf.reduce_mean(tf.reduce_sum(per_element, axis=-1))
 
 
-def squared_td(td_abs: tf.Tensor) -> tf.Tensor:
+def squared_td(td_abs: tf.Tensor, weight: tf.Tensor | None = None) -> tf.Tensor:
     """The critics' squared TD errors summed over their columns, averaged over the batch: TD3's
-    mse(Q1, y) + mse(Q2, y) for a (B, 2) array of |TD errors|."""
-    return tf.reduce_mean(tf.reduce_sum(tf.square(td_abs), axis=-1))
+    mse(Q1, y) + mse(Q2, y) for a (B, 2) array of |TD errors|; `weight` scales each sample's term
+    (prioritized replay's importance weights)."""
+    per_sample = tf.reduce_sum(tf.square(td_abs), axis=-1)
+    return tf.reduce_mean(per_sample if weight is None else weight * per_sample)

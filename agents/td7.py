@@ -12,7 +12,8 @@ TD3 with five additions, each a switch of its own so that its effect can be meas
 - Value clipping (`value_clipping`): the target's next value is clipped to the range of the
   targets computed up to the last target update.
 - LAP (`lap`): replay sampled by loss-adjusted priority (buffer=lap) and the critics trained on
-  LAP's Huber loss; without, TD3's squared error (and any buffer).
+  LAP's Huber loss; without, TD3's squared error on uniform replay (buffer=uniform: the paper's
+  "TD7 without LAP"), or weighted by the importance weights of buffer=prioritized (PER).
 - Policy checkpoints (`checkpoints`): updates come in phases at episode ends, as many as the env
   steps since the last phase. Before a phase, the policy that acted is kept as the checkpoint if
   the lowest return of its episodes (1, or `checkpoint_episodes` after `checkpoint_after` updates)
@@ -228,7 +229,7 @@ class TD7:
         with tf.GradientTape() as tape:
             q = self.q(self.critic, batch.obs, action, self.fixed_encoder, fixed_zs)
             td = tf.abs(q - target[:, None])
-            critic_loss = losses.lap_huber(td, self.min_priority) if self.lap else losses.squared_td(td)
+            critic_loss = losses.lap_huber(td, self.min_priority) if self.lap else losses.squared_td(td, batch.weight)
         critic_vars = self.critic.trainable_variables
         self.critic_optimizer.apply_gradients(zip(tape.gradient(critic_loss, critic_vars), critic_vars))
 

@@ -201,16 +201,8 @@ def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
 def check_fit(cfg: DictConfig, agent: Agent, buffer: Buffer | None) -> None:
     """What an agent asks of the buffer and the loop (TD7's LAP and policy checkpoints), checked
     against the run's settings."""
-    if getattr(agent, "lap", False) and buffer is not None:
-        name = cfg.buffer._target_.rsplit(".", 1)[-1]
-        if not isinstance(buffer, PrioritizedReplay) or buffer.min_priority != agent.min_priority:
-            raise ConfigError(
-                f"agent.lap=true trains the critics on LAP's loss, which assumes replay sampled by priorities with a floor "
-                f"of agent.min_priority={agent.min_priority:g}, but buffer={name} "
-                + (f"has buffer.min_priority={buffer.min_priority:g}" if isinstance(buffer, PrioritizedReplay) else
-                   "samples uniformly")
-                + "; use buffer=lap (agent=td7's default: leave buffer= out of the command), or set agent.lap=false."
-            )
+    if hasattr(agent, "lap") and buffer is not None:
+        check_lap(agent, buffer)
     if getattr(agent, "trains_at_episode_ends", False):
         for key, value in (("num_envs", cfg.num_envs), ("updates_per_step", cfg.updates_per_step),
                            ("train_every", cfg.train_every)):
@@ -220,6 +212,37 @@ def check_fit(cfg: DictConfig, agent: Agent, buffer: Buffer | None) -> None:
                     f"per env step since its last training, on one env whose episodes assess one policy at a time; "
                     f"leave {key} at 1, or set agent.checkpoints=false to train every step."
                 )
+
+
+def check_lap(agent: Agent, buffer: Buffer) -> None:
+    """TD7's LAP switch names what runs: with it, LAP's loss on LAP's replay (priorities floored at the
+    loss's `min_priority`, no importance weights, the largest priority reset at each target update);
+    without, TD3's squared error on uniform replay (the paper's ablation), or on prioritized replay
+    with its importance weights (PER). Prioritized sampling under the squared error without the
+    weights is neither, and the LAP paper's argument against it: refused."""
+    lap_replay = isinstance(buffer, PrioritizedReplay) and not buffer.importance_weights
+    if agent.lap:
+        problems = [] if lap_replay else ["samples uniformly" if not isinstance(buffer, PrioritizedReplay)
+                                          else "weighs its samples by importance weights"]
+        if lap_replay and buffer.min_priority != agent.min_priority:
+            problems.append(f"floors priorities at buffer.min_priority={buffer.min_priority:g}, not agent.min_priority="
+                            f"{agent.min_priority:g}")
+        if lap_replay and buffer.max_reset_every != agent.target_update_every:
+            problems.append(f"resets its largest priority every buffer.max_reset_every={buffer.max_reset_every} updates, "
+                            f"not at the agent's target updates (agent.target_update_every={agent.target_update_every})")
+        if problems:
+            raise ConfigError(
+                f"agent.lap=true trains the critics on LAP's loss, which is LAP only with replay sampled by priorities "
+                f"floored at agent.min_priority, without importance weights, its largest priority reset at each target "
+                f"update; this buffer {' and '.join(problems)}. Use buffer=lap (agent=td7's default, which takes both "
+                f"settings from the agent: leave buffer= and buffer.* out of the command), or set agent.lap=false "
+                f"buffer=uniform for TD7 without LAP.")
+    elif lap_replay:
+        raise ConfigError(
+            "agent.lap=false trains the critics on TD3's squared error, but this buffer samples by priority without "
+            "importance weights (buffer=lap, agent=td7's default): that is neither TD7 nor TD7 without LAP, and the "
+            "biased combination the LAP paper argues against. For TD7 without LAP add buffer=uniform; for prioritized "
+            "replay with its importance weights (PER), buffer=prioritized.")
 
 
 def population_generation(cfg: DictConfig, learner: CompiledPopulation, envs: gym.vector.VectorEnv,
