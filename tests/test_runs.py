@@ -449,6 +449,24 @@ def test_a_tampered_checkpoint_runs_no_code_on_resume_or_evaluate(tmp_path, refe
         assert {p: p.read_bytes() for p in (run_dir / "checkpoints").rglob("*") if p.is_file()} == before
 
 
+def test_a_saved_config_may_only_instantiate_the_projects_classes(tmp_path, reference):
+    """`_target_` names any callable: a run directory whose config was altered to name another one
+    is refused by resume and evaluate before anything is built, its files untouched."""
+    run_dir = tmp_path / "altered"
+    shutil.copytree(reference, run_dir)
+    cfg_path = run_dir / ".hydra" / "config.yaml"
+    text = cfg_path.read_text()
+    assert "_target_: agents.td3.TD3" in text
+    for target in ("os.system", "agents.td3.os.system"):
+        cfg_path.write_text(text.replace("_target_: agents.td3.TD3", f"_target_: {target}"))
+        before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+        for proc in (resume(run_dir, "total_steps=800"), evaluate(f"run_dir={run_dir}")):
+            assert proc.returncode == 2, proc.stderr[-3000:]
+            assert f"agent._target_='{target}', which is not one of this project's classes" in proc.stderr
+            assert "Traceback" not in proc.stderr
+        assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
 @pytest.mark.parametrize("part", ["agent", "buffer", "state"])
 def test_a_checkpoint_that_does_not_fit_the_agent_is_refused(tmp_path, reference, part):
     """Arrays of the wrong shapes in a checkpoint with matching checksums (a checkpoint of a

@@ -3,6 +3,7 @@ the config group choices and command-line overrides that made it (for summary.js
 from __future__ import annotations
 
 import os
+import re
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -49,13 +50,44 @@ def upgrade_config(cfg: DictConfig) -> DictConfig:
     return OmegaConf.create(new)
 
 
+# What a saved run's config may instantiate: this project's own classes and builders. A `_target_`
+# names any callable, so a run directory from elsewhere could otherwise run a command on resume or
+# evaluate (`_target_: os.system`), as a pickle could.
+# A target is <package>.<module>.<name>, literally (no interpolation): a name one dot deeper could
+# reach through a module's imports to anything (agents.td3.os.system).
+TRUSTED_TARGETS = ("agents.", "networks.", "buffers.", "envs.")
+_TARGET = re.compile(r"^(agents|networks|buffers|envs)\.[a-z_][a-z_0-9]*\.[A-Za-z][A-Za-z_0-9]*$")
+
+
+def check_targets(node, run_dir: str, where: str = "") -> None:
+    """Refuse a saved config whose `_target_`s name anything outside TRUSTED_TARGETS."""
+    if isinstance(node, dict):
+        target = node.get("_target_")
+        if target is not None and not (isinstance(target, str) and _TARGET.match(target)):
+            raise ConfigError(
+                f"the saved config of {run_dir} has {where + '.' if where else ''}_target_={target!r}, which is not one "
+                f"of this project's classes (a module under {', '.join(t.rstrip('.') + '/' for t in TRUSTED_TARGETS)}); "
+                f"building the run would call it, so the run directory is refused. If you added that class yourself, "
+                f"move it under agents/, networks/ or buffers/; otherwise the directory was altered: do not use it."
+            )
+        for key, value in node.items():
+            check_targets(value, run_dir, f"{where}.{key}" if where else str(key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            check_targets(value, run_dir, f"{where}[{i}]")
+
+
 def load_run_config(run_dir: str) -> DictConfig:
+    """A run directory's saved config, in today's layout, with nothing to instantiate but this
+    project's own classes."""
     path = os.path.join(run_dir, ".hydra", "config.yaml")
     if not os.path.isdir(run_dir):
         raise ConfigError(f"run directory '{run_dir}' does not exist; pass a directory a training run wrote (outputs/<date>/<time>).")
     if not os.path.exists(path):
         raise ConfigError(f"'{run_dir}' has no .hydra/config.yaml, so it is not a run directory of train.py; pass the directory a training run wrote.")
-    return upgrade_config(OmegaConf.load(path))
+    cfg = upgrade_config(OmegaConf.load(path))
+    check_targets(OmegaConf.to_container(cfg, resolve=False), run_dir)
+    return cfg
 
 
 def hydra_record(run_dir: str) -> tuple[dict, list[str]]:
