@@ -160,9 +160,9 @@ def test_a_full_disk_at_the_first_checkpoint_removes_the_partial_one(tmpfs):
 
 
 def test_a_full_disk_while_writing_the_replay_buffer_keeps_the_last_whole_checkpoint_to_resume(tmpfs):
-    # TD3 on Ant with 64-unit networks (agent 0.55 MB, state 0.7 MB, buffer 0.43 MB per 500 steps)
-    # on 4 MB: best and step 500 fit, step 1000's buffer.npz does not
-    disk = tmpfs("4m")
+    # TD3 on Ant with 64-unit networks (agent 0.55 MB, state 0.17 MB, buffer 0.43 MB per 500 steps)
+    # on 3 MB: best and step 500 fit, step 1000's buffer.npz does not
+    disk = tmpfs("3m")
     run_dir = disk / "run"
     proc = train(f"hydra.run.dir={run_dir}", "agent=td3", "env=ant", "network.hidden=[64,64]", "checkpoint.every=500",
                  "total_steps=2000", "learning_starts=1500", "eval_every=1000", "eval_episodes=1", "logger.progress=false")

@@ -1,0 +1,301 @@
+"""Golden runs: a short deterministic run of every agent, compared with the values committed in
+tests/golden/<case>.json.
+
+Each case trains a few hundred env steps on a small real env (Pendulum-v1 for the continuous
+agents, CartPole-v1 for DQN and the GA) with tiny networks, one TF thread, no batch shards and
+`deterministic=true`, and records
+  - a fingerprint of every variable the run's checkpoint holds (networks, targets, optimizer
+    slots, counters, in-graph RNG states), each as float64 reductions: sum, sum of |w|, sum of
+    squares and the dot product with a fixed seeded random vector; and the SHA-256 digest of all
+    of them together, for information;
+  - the last logged metrics: the last `update` record (a population's last `train` record), the
+    last evaluation and the run's summary, without wall-clock figures.
+The test asserts the reductions and metrics with rtol=1e-4 (of each reduction's own scale: sum of
+|w| for the sums, the norms for the dot product), not the digest: oneDNN picks its kernels by the
+CPU's instruction set, so the bits can change on another CPU while the maths is the same. A changed
+maths step (a coefficient, a switch, a target) moves them by far more. A digest that differs is
+reported in the failure message, as a hint of how far apart the runs are.
+
+All cases run in one fresh subprocess (`python -m tests.golden --out FILE`): TF's thread pools
+can only be sized before TF runs its first op, and other tests of the session have run some.
+
+Regenerate the committed values (all cases, or the ones named) with
+
+    uv run python -m tests.golden            # every case
+    uv run python -m tests.golden sac td7    # only these
+
+and only when the maths changed on purpose; review `git diff tests/golden/` before committing.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GOLDEN_DIR = os.path.join(ROOT, "tests", "golden")
+REGENERATE = "uv run python -m tests.golden"
+RTOL = 1e-4  # of each reduction's scale; a metric's: rtol * |value| + ATOL
+ATOL = 1e-6
+DOT_SEED = 20240601  # the fixed random vector each variable is dotted with
+FORMAT = 1  # of the records: a golden file of another format is regenerated, not compared
+
+# What every case shares: deterministic; speed=plain (the reference path: one compiled call per update,
+# traced once, which is half the tracing of the fused paths; the speed presets' equality is
+# tests/test_fast_paths.py's) with one TF thread; no records but the test's.
+COMMON = ["seed=0", "deterministic=true", "speed=plain", "speed.threads.inter_op=1", "speed.threads.intra_op=1",
+          "speed.batch_shards=1", "logger.progress=false", "logger.tensorboard=false", "logger.every=100",
+          "checkpoint.every=0", "eval_episodes=1"]
+OFF_POLICY = ["total_steps=300", "learning_starts=100", "eval_every=300", "batch_size=32", "network.hidden=[32,32]"]
+# conf/tuned/dqn_cartpole.yaml applies: its update cadence (0.5 per step, every 256 steps) set back to one per step
+DQN = ["agent=dqn", "env=cartpole", *OFF_POLICY, "updates_per_step=1", "train_every=1", "agent.eps_decay_steps=200",
+       "agent.target_update_every=50"]
+
+# case name -> the overrides of its run: 200 updates each (the GA: 7 generations of 8)
+CASES: dict[str, list[str]] = {
+    "td3": ["agent=td3", "env=pendulum", *OFF_POLICY],
+    "ddpg": ["agent=ddpg", "env=pendulum", *OFF_POLICY],
+    "sac": ["agent=sac", "env=pendulum", *OFF_POLICY],
+    "crossq": ["agent=crossq", "env=pendulum", *OFF_POLICY, "network.actor_hidden=[32,32]", "network.renorm_warmup=100"],
+    # TD7 trains at episode ends: episodes of 100 steps, the policy acting from the end of the one at 200,
+    # two phases of 100 updates at 300 and 400, two target copies. (At 400 updates, the runs with and
+    # without oneDNN's kernels already drifted 6e-2 apart: too long to compare across CPUs.)
+    "td7": ["agent=td7", "env=pendulum", "env.max_episode_steps=100", "total_steps=400", "learning_starts=100",
+            "eval_every=400", "batch_size=32", "network.zs_dim=8", "network.encoder_hidden=16",
+            "network.critic_hidden=16", "network.actor_hidden=16", "agent.target_update_every=100",
+            "buffer.max_reset_every=100"],
+    "dqn": [*DQN, "agent.double=false"],  # conf/tuned/dqn_cartpole.yaml's plain DQN target
+    "dqn_dueling_prioritized_nstep": [*DQN, "network=dueling_mlp", "network.hidden=[32,32]", "buffer=prioritized",
+                                      "buffer.n_step=3", "agent.double=true"],
+    "ga": ["agent=ga", "env=cartpole", "agent.population=8", "network.hidden=[8]", "total_steps=1500",
+           "eval_every=1500"],
+}
+# wall-clock figures: never part of a golden record
+CLOCK = {"steps_per_second", "generations_per_second", "act_ms_per_step", "env_ms_per_step", "wall_time"}
+
+
+# --- the runs (in the subprocess) -----------------------------------------------------------------
+
+class Records:
+    """A logger keeping the last record of each kind."""
+
+    def __init__(self):
+        self.last: dict[str, dict] = {}
+
+    def log(self, kind, step, metrics):
+        self.last[kind] = {"step": int(step), **{k: _number(v) for k, v in metrics.items()
+                                                  if k not in CLOCK and np.ndim(v) == 0}}
+
+    def close(self):
+        pass
+
+
+def _number(v):
+    v = np.asarray(v).item()
+    return v if isinstance(v, (bool, int)) else float(v)
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hydra_compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=list(overrides))
+
+
+def run_case(name: str) -> dict:
+    """Train case `name` in this process; its golden record."""
+    import keras
+    from omegaconf import OmegaConf
+
+    from training.builder import build_run, eval_seed, loop_settings, population_generation
+    from training.evolution import EvolutionSettings, train_population
+    from training.loop import train
+
+    keras.utils.clear_session()  # every case starts from the same Keras state, whichever ran before
+    cfg = compose(COMMON + CASES[name])
+    OmegaConf.resolve(cfg)
+    run = build_run(cfg)
+    records = Records()
+    try:
+        if run.buffer is None:  # a population
+            settings = EvolutionSettings(total_steps=int(cfg.total_steps), episodes=int(cfg.agent.episodes),
+                                         eval_every=int(cfg.eval_every), eval_episodes=int(cfg.eval_episodes),
+                                         seed=int(cfg.seed), eval_seed=eval_seed(cfg), progress=False)
+            generation, _ = population_generation(cfg, run.learner, run.envs, run.speed)
+            summary = train_population(run.learner, generation, run.eval_env, settings, records, run.rng)
+        else:
+            summary = train(run.learner, run.buffer, run.envs, run.eval_env, loop_settings(cfg, run.speed), records,
+                            driver=run.driver)
+    finally:
+        run.close()
+    metrics = {kind: records.last[kind] for kind in ("update", "train", "eval") if kind in records.last
+               and not (kind == "train" and "update" in records.last)}  # off-policy: episode returns are in eval
+    metrics["summary"] = {k: _number(v) for k, v in summary.items() if k in ("steps", "updates", "generations",
+                                                                              "final_return", "best_return")}
+    return {"format": FORMAT, "case": name, "overrides": CASES[name], "metrics": metrics,
+            **fingerprint(run.learner.trackables())}
+
+
+def checkpoint_values(trackables: dict) -> dict[str, np.ndarray]:
+    """Every tensor a checkpoint of `trackables` holds, by checkpoint key (as the run's Checkpointer
+    writes it), but the object graph and the save counter."""
+    import tempfile
+
+    import tensorflow as tf
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = tf.train.Checkpoint(**trackables).write(os.path.join(tmp, "agent"))
+        reader = tf.train.load_checkpoint(path)
+        keys = [k for k in reader.get_variable_to_shape_map()
+                if k != "_CHECKPOINTABLE_OBJECT_GRAPH" and not k.startswith("save_counter")]
+        return {k: np.asarray(reader.get_tensor(k)) for k in sorted(keys)}
+
+
+def reductions(value: np.ndarray) -> dict:
+    """A variable's fingerprint: float64 reductions; an integer variable's (a counter, an RNG's state)
+    values too, when it is small."""
+    w = np.asarray(value, np.float64).ravel()
+    r = np.random.default_rng(DOT_SEED).standard_normal(w.size)
+    found = {"shape": list(np.shape(value)), "dtype": str(value.dtype), "sum": float(w.sum()),
+             "abs_sum": float(np.abs(w).sum()), "sum_sq": float(w @ w), "dot": float(w @ r),
+             "abs_dot": float(np.abs(w) @ np.abs(r))}
+    if np.issubdtype(value.dtype, np.integer) and value.size <= 8:
+        found["values"] = np.asarray(value).ravel().tolist()
+    return found
+
+
+def fingerprint(trackables: dict) -> dict:
+    values = checkpoint_values(trackables)
+    digest = hashlib.sha256()
+    for key, value in values.items():
+        digest.update(key.encode())
+        digest.update(np.ascontiguousarray(value).tobytes())
+    return {"sha256": digest.hexdigest(), "variables": {k: reductions(v) for k, v in values.items()}}
+
+
+def main(argv: list[str]) -> int:
+    """`python -m tests.golden [case ...]`: write tests/golden/<case>.json for the cases named (all
+    by default). `--out FILE`: write the records of those cases to FILE instead (what the test runs);
+    a case that fails is recorded with its traceback there."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m tests.golden", description=main.__doc__)
+    parser.add_argument("cases", nargs="*", metavar="case", help=f"of {', '.join(CASES)} (default: all)")
+    parser.add_argument("--out", help="write all records to this file, leaving tests/golden/ alone")
+    args = parser.parse_args(argv)
+    names = args.cases or list(CASES)
+    if unknown := [n for n in names if n not in CASES]:
+        parser.error(f"no case {', '.join(unknown)}; the cases are {', '.join(CASES)}")
+    records = {}
+    for name in names:
+        t0 = time.perf_counter()
+        try:
+            records[name] = run_case(name)
+        except Exception:
+            if not args.out:
+                raise
+            records[name] = {"case": name, "error": traceback.format_exc()}
+        print(f"{name}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(records, f)
+        return 0
+    os.makedirs(GOLDEN_DIR, exist_ok=True)
+    for name, record in records.items():
+        with open(os.path.join(GOLDEN_DIR, f"{name}.json"), "w") as f:
+            json.dump(record, f, indent=1, sort_keys=True)
+            f.write("\n")
+        print(f"wrote {os.path.relpath(os.path.join(GOLDEN_DIR, name + '.json'), ROOT)}", file=sys.stderr)
+    return 0
+
+
+# --- the comparison -------------------------------------------------------------------------------
+
+def compare(golden: dict, fresh: dict) -> list[str]:
+    """What differs between a golden record and a fresh one beyond the tolerances, one line each."""
+    problems = []
+    gv, fv = golden["variables"], fresh["variables"]
+    for key in sorted(set(gv) - set(fv)):
+        problems.append(f"variable {key}: in the golden record, not in the run's checkpoint")
+    for key in sorted(set(fv) - set(gv)):
+        problems.append(f"variable {key}: in the run's checkpoint, not in the golden record")
+    for key in sorted(set(gv) & set(fv)):
+        g, f = gv[key], fv[key]
+        if g["shape"] != f["shape"] or g["dtype"] != f["dtype"]:
+            problems.append(f"variable {key}: {f['dtype']}{f['shape']}, golden {g['dtype']}{g['shape']}")
+            continue
+        if "values" in g or "values" in f:  # integers: exact on every CPU
+            if g.get("values") != f.get("values"):
+                problems.append(f"variable {key}: {f.get('values')} (golden {g.get('values')})")
+            continue
+        exact = g["dtype"].startswith(("int", "uint", "bool"))
+        bad = [f"{r} {f[r]:.9g} (golden {g[r]:.9g})" for r, scale in tolerance_scales(g).items()
+               if not (f[r] == g[r] if exact else abs(f[r] - g[r]) <= RTOL * scale + 1e-12)]
+        if bad:
+            problems.append(f"variable {key}: " + ", ".join(bad))
+    for kind in sorted(set(golden["metrics"]) | set(fresh["metrics"])):
+        g, f = golden["metrics"].get(kind), fresh["metrics"].get(kind)
+        if g is None or f is None:
+            problems.append(f"metrics {kind}: {'missing in the run' if f is None else 'not in the golden record'}")
+            continue
+        for key in sorted(set(g) | set(f)):
+            if key not in g or key not in f:
+                problems.append(f"metric {kind}/{key}: {'not logged by the run' if key not in f else 'new, not in the golden record'}")
+            elif not np.isclose(f[key], g[key], rtol=RTOL, atol=ATOL, equal_nan=True):
+                problems.append(f"metric {kind}/{key}: {f[key]!r} (golden {g[key]!r})")
+    return problems
+
+
+def tolerance_scales(g: dict) -> dict[str, float]:
+    """How far each reduction may move, in units of RTOL: as far as it would if every weight moved by
+    RTOL of itself. So a sum near 0 is held to the size of its terms (sum of |w|), not to itself."""
+    return {"sum": g["abs_sum"], "abs_sum": g["abs_sum"], "sum_sq": 2 * g["sum_sq"], "dot": g["abs_dot"],
+            "abs_dot": g["abs_dot"]}
+
+
+def failure_message(name: str, golden: dict, fresh: dict, problems: list[str], limit: int = 25) -> str:
+    lines = [f"golden run {name!r} differs from tests/golden/{name}.json in {len(problems)} value(s) "
+             f"(rtol={RTOL:g}):", *(f"  {p}" for p in problems[:limit])]
+    if len(problems) > limit:
+        lines.append(f"  ... and {len(problems) - limit} more")
+    lines.append("weights digest: " + ("identical" if golden["sha256"] == fresh["sha256"] else
+                                       f"differs (run {fresh['sha256'][:16]}, golden {golden['sha256'][:16]})"))
+    lines.append(f"If (and only if) the maths changed on purpose, regenerate with `{REGENERATE} {name}` "
+                 f"and review `git diff tests/golden/{name}.json`; otherwise the change altered what the agent computes.")
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory):
+    """Every case's record from one fresh process, with the thread pools the cases ask for."""
+    out = tmp_path_factory.mktemp("golden") / "records.json"
+    proc = subprocess.run([sys.executable, "-m", "tests.golden", "--out", str(out)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    with open(out) as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_golden_run(name, fresh):
+    path = os.path.join(GOLDEN_DIR, f"{name}.json")
+    assert os.path.exists(path), f"no golden record {os.path.relpath(path, ROOT)}: create it with `{REGENERATE} {name}`"
+    with open(path) as f:
+        golden = json.load(f)
+    record = fresh[name]
+    assert "error" not in record, f"golden run {name!r} failed:\n{record['error'][-5000:]}"
+    if golden.get("format") != FORMAT:
+        pytest.fail(f"tests/golden/{name}.json is of record format {golden.get('format')}, the test's is {FORMAT}: "
+                    f"regenerate it with `{REGENERATE} {name}`")
+    if golden.get("overrides") != record["overrides"]:
+        pytest.fail(f"tests/golden/{name}.json was recorded with other overrides ({golden.get('overrides')}) than "
+                    f"CASES[{name!r}] ({record['overrides']}): regenerate it with `{REGENERATE} {name}`")
+    problems = compare(golden, record)
+    assert not problems, failure_message(name, golden, record, problems)
