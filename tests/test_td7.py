@@ -434,6 +434,51 @@ def test_td7_refuses_bad_settings():
 
 # --- through the loop, train.py and evaluate.py ----------------------------------------------------
 
+def test_the_lap_switch_names_what_runs(make_cfg):
+    """lap=true is LAP's loss on LAP's replay, whose floor and reset period come from the agent;
+    lap=false is TD3's squared error on uniform replay (the paper's "TD7 without LAP") or PER with
+    its importance weights, which the squared error then applies (by hand below); anything else is
+    refused, naming the mismatch."""
+    from buffers.prioritized import PrioritizedReplay
+    from buffers.uniform import UniformReplay
+    from training.builder import check_lap
+    from training.config import ConfigError
+
+    cfg = make_cfg("agent=td7", "agent.target_update_every=100", "agent.min_priority=0.5")
+    assert cfg.buffer.max_reset_every == 100 and cfg.buffer.min_priority == 0.5
+
+    rng = np.random.default_rng(0)
+
+    def lap_replay(**kw):
+        settings = dict(alpha=0.4, min_priority=1.0, importance_weights=False, max_reset_every=250) | kw
+        return PrioritizedReplay(64, OBS, len(LOW), 0.99, rng, **settings)
+
+    uniform, per = UniformReplay(64, OBS, len(LOW), 0.99, rng), PrioritizedReplay(64, OBS, len(LOW), 0.99, rng)
+    td7, without = make(), make(lap=False)
+    check_lap(td7, lap_replay())
+    check_lap(without, uniform)
+    check_lap(without, per)
+    for agent, buffer, message in [
+        (without, lap_replay(), "neither TD7 nor TD7 without LAP"),
+        (td7, uniform, "this buffer samples uniformly"),
+        (td7, per, "this buffer weighs its samples by importance weights"),
+        (td7, lap_replay(min_priority=0.5), r"buffer.min_priority=0.5, not agent.min_priority=1"),
+        (td7, lap_replay(max_reset_every=100), r"buffer.max_reset_every=100 updates, not at the agent's target "
+                                               r"updates \(agent.target_update_every=250\)"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            check_lap(agent, buffer)
+
+    # without LAP the critics' loss reads the batch's importance weights: doubled weights, doubled loss
+    b = batch(np.random.default_rng(1), 8)
+    plain = make(lap=False).update(b._replace(weight=np.ones(8, np.float32)))["critic_loss"]
+    doubled = make(lap=False).update(b._replace(weight=np.full(8, 2.0, np.float32)))["critic_loss"]
+    assert float(doubled) == pytest.approx(2.0 * float(plain), rel=1e-5) and float(plain) > 0
+    td = tf.constant([[1.0, 2.0], [3.0, 0.5]])
+    assert float(losses.squared_td(td, tf.constant([0.5, 2.0]))) == pytest.approx((0.5 * 5.0 + 2.0 * 9.25) / 2)
+    assert float(losses.squared_td(td)) == pytest.approx((5.0 + 9.25) / 2)
+
+
 TINY = ["agent=td7", "env=pendulum", "network.zs_dim=8", "network.encoder_hidden=16", "network.critic_hidden=16",
         "network.actor_hidden=16", "batch_size=32", "eval_episodes=1", "deterministic=true", "logger.progress=false",
         "checkpoint.every=0"]
@@ -460,7 +505,7 @@ def test_bad_input_is_refused_through_train_py(tmp_path):
 
     cases = {
         "buffer=uniform": "agent.lap=true",
-        "buffer=prioritized": "buffer.min_priority=0",
+        "buffer=prioritized": "this buffer weighs its samples by importance weights",
         "network=mlp": "network=sale",
         "agent.policy_delay=0": "policy_delay must be an integer >= 1",
         "network.encoder_hidden=0": "encoder_hidden must be a positive integer",
