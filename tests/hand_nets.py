@@ -94,3 +94,15 @@ def adam_first_step(grads, lr: float) -> list[np.ndarray]:
 
 def flat(arrays) -> np.ndarray:
     return np.concatenate([np.asarray(a, np.float64).ravel() for a in arrays])
+
+
+def assert_first_adam_step(step, g, g_wrong, lr: float, wrong: str) -> None:
+    """`step` (flat) is Adam's first step on the gradient `g` (flat, by hand) where it is clear of
+    Adam's epsilon and float32's error, and on at least two weights another step than `g_wrong`'s
+    (the gradient of the mutation `wrong` names) would be: the check can tell them apart."""
+    clear = np.abs(g) > 1e-4
+    assert clear.mean() > 0.5
+    assert np.sum(np.sign(g_wrong[clear]) != np.sign(g[clear])) >= 2, f"{wrong} would step alike"
+    np.testing.assert_allclose(step[clear], flat(adam_first_step([g], lr))[clear], rtol=1e-3, atol=1e-6,
+                               err_msg="the step: -lr * sign of the gradient")
+    assert np.all(np.abs(step) <= lr * (1 + 1e-4))

@@ -10,7 +10,7 @@ import tensorflow as tf
 from agents import losses
 from agents.sac import SAC
 from buffers.types import Batch
-from hand_nets import (adam_first_step, builder, flat, forward, numeric_gradient, q_value, random_weights, tf_batch,
+from hand_nets import (adam_first_step, assert_first_adam_step, builder, flat, forward, numeric_gradient, q_value, random_weights, tf_batch,
                        weights_of)
 from helpers import compiled, one, random_batch
 from networks.mlp import mlp
@@ -210,12 +210,7 @@ def test_actor_critic_and_temperature_steps_by_hand(log_std):
     g = flat(numeric_gradient(lambda w: actor_loss(w, *after, init_alpha), w0["actor"]))
     g_before = flat(numeric_gradient(lambda w: actor_loss(w, *before, init_alpha), w0["actor"]))
     step = flat(w1["actor"]) - flat(w0["actor"])
-    clear = np.abs(g) > 1e-4  # well above Adam's epsilon and float32's error
-    assert clear.mean() > 0.5
-    assert np.sum(np.sign(g_before[clear]) != np.sign(g[clear])) >= 2  # the critics before their step: another step
-    np.testing.assert_allclose(step[clear], flat(adam_first_step([g], HAND_LR["actor_lr"]))[clear], rtol=1e-3,
-                               atol=1e-6, err_msg="the actor's step: -lr * sign of the gradient")
-    assert np.all(np.abs(step) <= HAND_LR["actor_lr"] * (1 + 1e-4))
+    assert_first_adam_step(step, g, g_before, HAND_LR["actor_lr"], "the actor on the critics before their step")
     np.testing.assert_allclose(m["actor_loss"], loss, rtol=1e-4, atol=1e-5, err_msg="actor_loss on the stepped critics")
 
     # both target critics: Polyak by tau towards the stepped critics
