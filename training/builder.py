@@ -5,7 +5,8 @@ constructors as keyword arguments at the call site; they are never written into 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import gymnasium as gym
@@ -192,6 +193,10 @@ def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
     )
     obs_space, action_space = envs.single_observation_space, envs.single_action_space
     learner = build_learner(cfg, obs_space, action_space, rng, speed)
+    if speed.steps_per_call and not learner.agent.acting.in_numpy:
+        # The driver acts from inside its numpy_function, which holds one of TF's inter-op threads: a
+        # network that acts through TF (a dueling head) would wait there, for ever with one such thread.
+        speed = replace(speed, steps_per_call=0)
     buffer = build_buffer(cfg, obs_space, action_space, rng) if with_buffer else None
     check_fit(cfg, learner.agent, buffer)
     driver = GraphDriver(learner) if speed.steps_per_call > 0 and speed.fuse_updates else None
