@@ -230,8 +230,9 @@ def test_target_entropy_auto_and_bad_values():
         make(init_alpha=0.0)
 
 
-def test_acting_is_tanh_of_the_mean_or_of_a_seeded_sample_in_the_box():
-    agent = make()
+@pytest.mark.parametrize("log_std", ["tanh", "clip"])
+def test_acting_is_tanh_of_the_mean_or_of_a_seeded_sample_in_the_box(log_std):
+    agent = make(log_std=log_std)
     obs = np.random.default_rng(2).normal(size=(2000, OBS)).astype(np.float32)
     out = agent.actor(obs).numpy()
     greedy = agent.act(obs, explore=False)
@@ -240,10 +241,12 @@ def test_acting_is_tanh_of_the_mean_or_of_a_seeded_sample_in_the_box():
     assert noisy.shape == (2000, ACT) and np.all(noisy >= LOW) and np.all(noisy <= HIGH)
     # the pre-squash spread is the policy's std: atanh of the rescaled action, minus the mean
     u = np.arctanh(np.clip((noisy - (HIGH + LOW) / 2) / ((HIGH - LOW) / 2), -0.999999, 0.999999))
-    std = np.exp(-5 + 3.5 * (np.tanh(out[:, ACT:]) + 1))
+    raw = out[:, ACT:]
+    std = np.exp(-5 + 3.5 * (np.tanh(raw) + 1) if log_std == "tanh" else np.clip(raw, -20, 2))
     z = (u - out[:, :ACT]) / std
     assert abs(z.mean()) < 0.1 and abs(z.std() - 1) < 0.1
-    np.testing.assert_array_equal(make(seed=3).act(obs, True), make(seed=3).act(obs, True))  # the run's generator
+    np.testing.assert_array_equal(make(seed=3, log_std=log_std).act(obs, True),
+                                  make(seed=3, log_std=log_std).act(obs, True))  # the run's generator
 
 
 def test_compiled_update_is_traced_once_and_acting_follows_it():
