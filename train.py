@@ -56,14 +56,14 @@ def main(cfg: DictConfig) -> float:
 
 def _remove_if_empty(path: str) -> None:
     """Remove a single run's directory that Hydra made and nothing used: a command refused before
-    training, or resume (which continues in the run's own directory). It holds only .hydra/, an
-    empty train.log and the writer's lock; anything else in it is kept."""
+    training, or resume (which continues in the run's own directory). It holds only .hydra/ and an
+    empty train.log; anything else in it is kept."""
     import shutil
 
     if HydraConfig.get().mode.name != "RUN" or not os.path.isdir(path):
         return
     log = os.path.join(path, "train.log")
-    if set(os.listdir(path)) <= {".hydra", "train.log", "run.lock"} and (not os.path.exists(log) or os.path.getsize(log) == 0):
+    if set(os.listdir(path)) <= {".hydra", "train.log"} and (not os.path.exists(log) or os.path.getsize(log) == 0):
         shutil.rmtree(path, ignore_errors=True)
 
 

@@ -23,7 +23,9 @@ def test_a_live_holder_refuses_a_second_writer_and_a_killed_one_does_not(tmp_pat
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
-    with RunDirLock(str(tmp_path)):  # the killed holder's lock went with it
+    assert (tmp_path / "run.lock").exists()  # the killed holder's record stays; its lock went with it
+    with RunDirLock(str(tmp_path)):
         with RunDirLock(str(tmp_path)):  # re-entrant in its own process (train.py, then run_training)
             pass
-    assert f'"pid": {os.getpid()}' in (tmp_path / "run.lock").read_text()
+        assert f'"pid": {os.getpid()}' in (tmp_path / "run.lock").read_text()
+    assert not (tmp_path / "run.lock").exists()  # a holder that ends leaves the directory as it found it

@@ -146,6 +146,14 @@ def test_a_signal_to_the_process_group_stops_async_envs_at_a_checkpoint(tmp_path
     assert steps[-1] > 200  # the stop checkpoint, past the periodic one
 
 
+def lock_holder(run_dir):
+    """The pid that run.lock names, or None (no file yet, or its record half written)."""
+    try:
+        return json.loads((run_dir / "run.lock").read_text()).get("pid")
+    except (FileNotFoundError, ValueError):
+        return None
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_resume_after_kill_reproduces_the_uninterrupted_run(tmp_path, long_reference, sig):
     reference = long_reference
@@ -168,13 +176,13 @@ def test_resume_after_kill_reproduces_the_uninterrupted_run(tmp_path, long_refer
     else:
         assert proc.returncode == -signal.SIGKILL
         # the killed run's hold is stale: its record is left, its lock went with the process
-        assert json.loads((run_dir / "run.lock").read_text())["pid"] == proc.pid
+        assert lock_holder(run_dir) == proc.pid
     assert not os.path.exists(run_dir / "summary.json")
 
     # two resumes at once: the one that comes second is refused, naming the first, and writes nothing
     first = subprocess.Popen([sys.executable, "train.py", f"resume={run_dir}"], cwd=ROOT,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    while time.time() < deadline and json.loads((run_dir / "run.lock").read_text() or "{}").get("pid") != first.pid:
+    while time.time() < deadline and lock_holder(run_dir) != first.pid:
         time.sleep(0.1)
     listing = sorted(os.listdir(run_dir / "checkpoints"))
     second = resume(run_dir)
@@ -185,7 +193,7 @@ def test_resume_after_kill_reproduces_the_uninterrupted_run(tmp_path, long_refer
     assert set(listing) <= set(os.listdir(run_dir / "checkpoints"))
     out, err = first.communicate(timeout=600)
     assert first.returncode == 0, err[-3000:]
-    assert "resumed" in out
+    assert "resumed" in out and not (run_dir / "run.lock").exists()
     ref, res = final_weights(reference), final_weights(run_dir)
     assert ref.keys() == res.keys() and len(ref) > 10
     for k in ref:
@@ -497,11 +505,11 @@ def test_a_checkpoint_that_does_not_fit_the_agent_is_refused(tmp_path, reference
         doc["loop"]["exec"] = 1
         plant(latest, "state.json", json.dumps(doc).encode())
         message = "fields this run does not have (['exec'])"
-    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "run.lock"}
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     proc = resume(run_dir, "total_steps=800")
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "run.lock"} == before
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
 
 
 def test_bad_run_dirs_and_foreign_checkpoints(tmp_path, reference):

@@ -4,8 +4,8 @@ A run holds an exclusive `flock` on `<run_dir>/run.lock` while it trains; a seco
 would train into or resume the same directory (two resumes of one run, a requeued job racing its
 predecessor) is refused with a message naming the holder, instead of interleaving its checkpoints
 with the first one's. The kernel releases the lock when its process dies however it dies, so a
-hold left by a killed run never blocks a resume; the file stays and names the last holder, which
-is only read when the lock is taken. On NFS, Linux maps `flock` onto the server's byte-range locks.
+hold left by a killed run never blocks a resume (its file stays, naming it, until the next run
+takes the lock); a run that ends removes the file. On NFS, Linux maps `flock` onto the server's byte-range locks.
 """
 from __future__ import annotations
 
@@ -40,10 +40,17 @@ class RunDirLock:
             _HELD[self.path] += 1
             return self
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                break
+            if _same_file(fd, self.path):
+                self._fd = fd
+                break
+            os.close(fd)  # a holder removed the file as we opened it: lock the one at the path now
+        if self._fd is None:
             holder = _describe(os.read(fd, 4096))
             os.close(fd)
             run_dir = os.path.dirname(self.path)
@@ -57,7 +64,6 @@ class RunDirLock:
                   "command": " ".join(sys.argv)}
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(record).encode(), 0)
-        self._fd = fd
         _HELD[self.path] = 1
         return self
 
@@ -65,8 +71,19 @@ class RunDirLock:
         _HELD[self.path] -= 1
         if _HELD[self.path] == 0:
             del _HELD[self.path]
+            try:
+                os.unlink(self.path)  # while still held, so that nobody locks a file that is going away
+            except OSError:
+                pass  # a directory that became read-only: the file stays, its lock goes with the close
             os.close(self._fd)  # releases the lock
             self._fd = None
+
+
+def _same_file(fd: int, path: str) -> bool:
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path))
+    except FileNotFoundError:
+        return False
 
 
 def _describe(raw: bytes) -> str:
