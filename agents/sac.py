@@ -50,7 +50,7 @@ class SAC(SquashedGaussianActor):
         tau: float = 0.005,
         init_alpha: float = 1.0,
         target_entropy: float | str = "auto",
-        log_std: str = "tanh",
+        log_std: str = "clip",
     ):
         if log_std not in losses.LOG_STD_MAPS:
             raise ValueError(f"agent.log_std must be one of {sorted(losses.LOG_STD_MAPS)} (clip: SB3's clamp to [-20, 2]; "

@@ -1,6 +1,6 @@
 """What SAC and CrossQ share: a squashed Gaussian policy scaled to the action box. The actor
 outputs a mean and a raw log std per action dimension; a class's `log_std` maps the raw output to
-the log std (SAC: CleanRL's tanh bounds; CrossQ: SB3's clamp). Each algorithm writes its own
+the log std (SAC: `agent.log_std`, SB3's clamp or CleanRL's tanh bounds; CrossQ: SB3's clamp). Each algorithm writes its own
 update, so changing one never changes the other by accident."""
 from __future__ import annotations
 
