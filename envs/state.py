@@ -10,10 +10,7 @@ time: the state, the warm start, the controls and the derived quantities an env 
 its next step, as Ant's reward reads the torso's position). Objects of other kinds (models,
 renderers, specs) are what the config rebuilds. Nothing here unpickles: a checkpoint's envs
 cannot run code when loaded. Async envs live in subprocesses and are not saved (resume resets
-them).
-
-`load_pickled_envs` reads the pickle of checkpoints written before this format, for a resume
-whose user said they trust the run directory.
+them). (Checkpoints before this format pickled the envs: training/legacy.py.)
 """
 from __future__ import annotations
 
@@ -181,25 +178,3 @@ def set_env_state(envs, state: dict) -> None:
         raise EnvStateError("the checkpoint's env state is not of this format")
     _set_node_state(envs, state["envs"], "envs")
 
-
-def load_pickled_envs(blob: bytes):
-    """The vector env a checkpoint written before the plain-data format pickled (format
-    tfrl-envs-1, or a bare pickle before it). Unpickling runs whatever code the bytes name: call
-    this only for a run directory the user has said they trust."""
-    import pickle
-
-    saved = pickle.loads(blob)
-    if not (isinstance(saved, dict) and saved.get("format") == "tfrl-envs-1"):
-        return saved
-    envs = saved["envs"]
-    for env, state in zip(list(getattr(getattr(envs, "unwrapped", envs), "envs", None) or []), saved["mujoco"], strict=True):
-        if state is not None:
-            import mujoco
-
-            u = env.unwrapped
-            mujoco.mj_copyData(u.data, u.model, state["data"])
-            if state["rng"] is not None:
-                rng = np.random.Generator(getattr(np.random, state["rng"]["bit_generator"])())
-                rng.bit_generator.state = state["rng"]
-                u._np_random, u._np_random_seed = rng, state["rng_seed"]
-    return envs

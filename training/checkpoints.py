@@ -247,10 +247,9 @@ class Checkpointer:
         if agent_only:
             return {}, None
         if legacy:
-            import pickle
+            from training.legacy import load_pickled_state  # the user trusts this directory (trust_pickle)
 
-            with open(os.path.join(path, "state.pkl"), "rb") as f:
-                state = pickle.load(f)  # the user trusts this directory (trust_pickle)
+            state = load_pickled_state(path)
         else:
             try:
                 state = plaindata.read(os.path.join(path, "state.json"), os.path.join(path, "state.npz"))

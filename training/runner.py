@@ -16,7 +16,7 @@ from typing import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from envs.state import EnvStateError, env_state, load_pickled_envs, set_env_state
+from envs.state import EnvStateError, env_state, set_env_state
 from training.builder import build_run, eval_seed, loop_settings, population_generation
 from training.checkpoints import CheckpointError, Checkpointer, list_checkpoints, resolve_checkpoint
 from training.config import ConfigError
@@ -209,9 +209,9 @@ def _run_training(cfg: DictConfig, run_dir: str, resume: bool, console: Callable
             del buffer_state  # maps of the checkpoint's file: release them once copied
         else:
             console(f"warning: {path} holds no replay buffer (checkpoint.buffer=false); resuming with an empty one.")
-        if isinstance(saved["envs"], bytes):  # a trusted checkpoint of the pickle format
+        if saved["envs"] is not None and not isinstance(saved["envs"], dict):  # unpickled from a trusted old checkpoint
             parts.envs.close()
-            parts.envs = load_pickled_envs(saved["envs"])
+            parts.envs = saved["envs"]
         elif saved["envs"] is not None:
             try:
                 set_env_state(parts.envs, saved["envs"])
