@@ -14,6 +14,7 @@ them). (Checkpoints before this format pickled the envs: training/legacy.py.)
 """
 from __future__ import annotations
 
+import copy
 from collections import deque
 from typing import Any
 
@@ -41,20 +42,6 @@ def _plain(value: Any) -> bool:
     if isinstance(value, dict):
         return all(isinstance(k, (str, int)) and _plain(v) for k, v in value.items())
     return False
-
-
-def _copy(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    if isinstance(value, list):
-        return [_copy(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_copy(v) for v in value)
-    if isinstance(value, deque):
-        return deque((_copy(v) for v in value), maxlen=value.maxlen)
-    if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
-    return value
 
 
 def _generator(state: dict | None, current: Any) -> np.random.Generator | None:
@@ -123,7 +110,7 @@ def _node_state(obj: Any) -> dict:
         elif type(value).__name__ == "MjData":
             node["mujoco"][name] = _mjdata_state(value)
         elif _plain(value):
-            node["attrs"][name] = _copy(value)
+            node["attrs"][name] = copy.deepcopy(value)
     return node
 
 
@@ -140,7 +127,7 @@ def _set_node_state(obj: Any, node: dict, where: str) -> None:
     for name, value in node["attrs"].items():
         if name.startswith("__"):
             raise EnvStateError(f"{where} holds a saved attribute {name!r}, which no env state has")
-        setattr(obj, name, _copy(value))
+        setattr(obj, name, copy.deepcopy(value))
     for name, state in node["generators"].items():
         setattr(obj, name, _generator(state, getattr(obj, name, None)))
     for name, state in node["spaces"].items():
