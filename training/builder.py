@@ -5,7 +5,6 @@ constructors as keyword arguments at the call site; they are never written into 
 """
 from __future__ import annotations
 
-
 from dataclasses import dataclass, replace
 from typing import Callable
 
