@@ -8,12 +8,14 @@
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Protocol
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, Protocol
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from agents import checks
 from agents.acting import Forward
 from buffers.types import Batch
 
@@ -31,8 +33,48 @@ def check_keras_backend(backend: str) -> None:
 check_keras_backend(keras.backend.backend())
 
 
+@dataclass(frozen=True)
+class PolicyCheckpoints:
+    """TD7's policy checkpoints (sfujim/TD7's `maybe_train_and_checkpoint`; training/assessment.py
+    runs them): the agent trains at episode ends; before it does, the policy that acted is kept as
+    the evaluation policy if the lowest return of the episodes that assessed it (1, or `episodes`
+    once `after` updates are done) was not below the kept one's, which is scaled by `reset_weight`
+    at that point. An episode below it ends the assessment early."""
+
+    episodes: int = 20
+    after: int = 750_000
+    reset_weight: float = 0.9
+
+
+@dataclass(frozen=True)
+class LapReplay:
+    """The replay a LAP loss is defined on (Fujimoto et al. 2020): sampled by priorities floored
+    at `min_priority`, no importance weights, the largest priority reset every `reset_every` updates."""
+
+    min_priority: float
+    reset_every: int
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What an agent asks of the runner beyond the Agent protocol, declared here and read by
+    training/, never probed for:
+    - `population`: trained by generations (training/evolution.py), not from replay (agents/ga.py);
+    - `evaluation`: the network evaluation and export act with, when it is not `acting` (TD7's
+      checkpoint policy); the runner copies `acting`'s weights into it when `policy_checkpoints` say so;
+    - `policy_checkpoints`: train at episode ends and keep the best assessed policy (TD7);
+    - `lap`: the critic loss is LAP's and needs LAP's replay (a LapReplay), or it is a squared
+      error that LAP's replay would bias (False), or the agent has no view (None)."""
+
+    population: bool = False
+    evaluation: Forward | None = None
+    policy_checkpoints: PolicyCheckpoints | None = None
+    lap: LapReplay | Literal[False] | None = None
+
+
 class Agent(Protocol):
     ACTION_KIND: ClassVar[str]  # "continuous" or "discrete": which action spaces the agent accepts
+    needs: Needs  # what it asks of the runner beyond this protocol (most agents: Needs())
     acting: Forward  # the network acting runs, in numpy on the weights each update hands back
     obs_dim: int
     action_spec: tf.TensorSpec  # a batch's action column: (B, action_dim) float32 or (B,) int32
@@ -50,12 +92,8 @@ class Agent(Protocol):
     def host_metrics(self) -> dict[str, float]:
         """Metrics kept outside the graph (DQN's epsilon), added to every update's."""
 
-    # Optional: `eval_acting` (a Forward), when evaluation and export act with another network than
-    # exploration (TD7's checkpoint policy); `trains_at_episode_ends` and `episode_end(length, return)
-    # -> updates due`, when the agent's updates come at episode ends rather than per env step (TD7).
-
-    def trackables(self) -> dict[str, Any]:
-        """Everything a checkpoint holds: networks, targets, optimizers, counters, in-graph RNGs."""
+    # A checkpoint holds what `tracked(agent)` finds among its attributes: networks, targets,
+    # optimizers, counters, in-graph generators. Keep them as attributes, under stable names.
 
 
 class Learner(Protocol):
@@ -93,6 +131,9 @@ class Learner(Protocol):
     def refresh(self) -> None:
         """Re-read the acting weights after a checkpoint restore."""
 
+    def keep_policy(self) -> None:
+        """Copy the acting policy into the one evaluation acts with (policy checkpoints)."""
+
     def trackables(self) -> dict[str, Any]: ...
 
     def update_graph(self):
@@ -112,6 +153,26 @@ class ActionBox:
     def from_unit(self, x: np.ndarray) -> np.ndarray:
         """Numpy values in [-1, 1] onto [low, high]."""
         return x * self.half_np + self.mid_np
+
+
+CHECKPOINTED = (tf.Variable, keras.Model, keras.optimizers.Optimizer, tf.random.Generator,
+                tf.train.experimental.PythonState)
+
+
+def tracked(agent) -> dict[str, Any]:
+    """What a checkpoint holds of `agent`, found the way tf.Module finds its variables: every
+    attribute TensorFlow checkpoints (variables, networks, optimizers, in-graph generators, Python
+    state), and every NamedTuple of networks as `<name>_<field>`, under the attribute's name
+    without its leading underscore. An object reached twice is kept under its first name; what an
+    agent keeps elsewhere (a Forward's copy of a network's weights, lists of variables) is not held."""
+    found, seen = {}, set()
+    for name, value in vars(agent).items():
+        parts = value._asdict().items() if isinstance(value, tuple) and hasattr(value, "_asdict") else [(None, value)]
+        for field, obj in parts:
+            if isinstance(obj, CHECKPOINTED) and id(obj) not in seen:
+                seen.add(id(obj))
+                found[name.lstrip("_") + (f"_{field}" if field else "")] = obj
+    return found
 
 
 def adam(learning_rate: float, beta_1: float = 0.9) -> keras.optimizers.Adam:
@@ -134,6 +195,4 @@ def tf_seed(rng: np.random.Generator) -> int:
 
 def check_tau(tau: float) -> float:
     """A Polyak rate: in (0, 1] (1 copies the online network)."""
-    if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not 0.0 < tau <= 1.0:
-        raise ValueError(f"agent.tau must lie in (0, 1] (0.005 moves the targets 0.5% a step), got {tau!r}")
-    return float(tau)
+    return checks.number(tau, "tau", "in (0, 1] (0.005 moves the targets 0.5% a step)", lambda x: 0.0 < x <= 1.0)

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
-from agents.base import Agent
+from agents.base import Agent, tracked
 from buffers.types import Batch
 from networks.normalization import RunningNormalizer
 from networks.precision import check_precision, matmul_precision
@@ -149,20 +149,18 @@ class CompiledAgent:
 
     def _forwards(self) -> list:
         """The agent's acting, and its evaluation acting where that is another network (TD7's checkpoint)."""
-        evaluation = getattr(self.agent, "eval_acting", self.agent.acting)
-        return [self.agent.acting] + ([evaluation] if evaluation is not self.agent.acting else [])
+        evaluation = self.agent.needs.evaluation
+        return [self.agent.acting] + ([evaluation] if evaluation is not None else [])
 
-    @property
-    def trains_at_episode_ends(self) -> bool:
-        """Whether the agent's updates come at episode ends (`episode_end`) instead of per env step."""
-        return bool(getattr(self.agent, "trains_at_episode_ends", False))
-
-    def episode_end(self, length: int, ret: float) -> int:
-        """A training episode's end, for an agent that trains at episode ends: the updates due now."""
-        return self.agent.episode_end(length, ret)
+    def keep_policy(self) -> None:
+        """The acting policy's weights become the evaluation policy's (`Needs.evaluation`)."""
+        kept = self.agent.needs.evaluation
+        for k, a in zip(kept.network.weights, self.agent.acting.network.weights, strict=True):
+            k.assign(a)
+        kept.refresh()
 
     def trackables(self) -> dict[str, Any]:
-        return {**self.agent.trackables(), **({"obs_norm": self.obs_norm} if self.obs_norm is not None else {})}
+        return {**tracked(self.agent), **({"obs_norm": self.obs_norm} if self.obs_norm is not None else {})}
 
     # --- graph pieces ---------------------------------------------------------------------
     def _update_in_context(self, batch: Batch) -> dict[str, tf.Tensor]:

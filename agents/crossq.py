@@ -24,12 +24,13 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from agents import losses
+from agents import checks, losses
 from agents.base import adam
 from agents.deterministic import DeterministicActor
 from agents.sac import check_target_entropy
 from agents.stochastic import SquashedGaussianActor
 from buffers.types import Batch
+from networks.batch_renorm import has_batch_renorm
 
 def joint_q(critic: keras.Model, batch: Batch, next_action: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """Q(s, a) and Q(s', a') from one training-mode pass over the 2B rows of both, so that the batch
@@ -62,19 +63,15 @@ class CrossQ(SquashedGaussianActor):
         init_alpha: float = 1.0,
         target_entropy: float | str = "auto",
     ):
-        if isinstance(policy_delay, bool) or not isinstance(policy_delay, int) or policy_delay < 1:
-            raise ValueError(f"agent.policy_delay must be an integer >= 1 (3 in CrossQ: the actor steps on every "
-                             f"third update), got {policy_delay!r}")
-        if isinstance(init_alpha, bool) or not isinstance(init_alpha, (int, float)) or not init_alpha > 0:
-            raise ValueError(f"agent.init_alpha must be a positive number (1.0 in sb3-contrib), got {init_alpha!r}")
-        if isinstance(beta_1, bool) or not isinstance(beta_1, (int, float)) or not 0 <= beta_1 < 1:
-            raise ValueError(f"agent.beta_1 must be in [0, 1) (0.5 in CrossQ, 0.9 Adam's default), got {beta_1!r}")
+        checks.integer(policy_delay, "policy_delay", "an integer >= 1 (3 in CrossQ: the actor steps on every third update)")
+        checks.number(init_alpha, "init_alpha", "a positive number (1.0 in sb3-contrib)", lambda x: x > 0)
+        checks.number(beta_1, "beta_1", "in [0, 1) (0.5 in CrossQ, 0.9 Adam's default)", lambda x: 0 <= x < 1)
         super().__init__(obs_dim, action_low, action_high, network, rng)
         self.policy_delay = int(policy_delay)
         self.target_entropy = check_target_entropy(target_entropy, self.action_dim)
 
         self.critic1, self.critic2 = self.critic_network(network, "critic1"), self.critic_network(network, "critic2")
-        if not all(getattr(n, "batch_dependent", False) for n in (self.actor, self.critic1, self.critic2)):
+        if not all(has_batch_renorm(n) for n in (self.actor, self.critic1, self.critic2)):
             raise ValueError("agent=crossq needs Batch Renormalization in its networks (it keeps no target networks; "
                              "the batch statistics of the joint forward pass stand in for them): use network=mlp, whose "
                              "preset for CrossQ sets network.batch_renorm=true, and leave batch_renorm on.")
@@ -135,19 +132,3 @@ class CrossQ(SquashedGaussianActor):
         self._alpha_loss.assign(alpha_loss)
         self._entropy.assign(-tf.reduce_mean(log_prob))
         return tf.constant(True)
-
-    def trackables(self) -> dict:
-        return {
-            "actor": self.actor,
-            "critic1": self.critic1,
-            "critic2": self.critic2,
-            "actor_optimizer": self.actor_optimizer,
-            "critic_optimizer": self.critic_optimizer,
-            "alpha_optimizer": self.alpha_optimizer,
-            "log_alpha": self.log_alpha,
-            "updates": self.updates,
-            "actor_loss": self._actor_loss,
-            "alpha_loss": self._alpha_loss,
-            "entropy": self._entropy,
-            "tf_rng": self._tf_rng,
-        }

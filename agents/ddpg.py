@@ -69,15 +69,3 @@ class DDPG(DeterministicActor):
             "target_q": tf.reduce_mean(target),
             "td_error": tf.abs(target - q),  # per sample, for prioritized replay
         }
-
-    def trackables(self) -> dict:
-        return {
-            "actor": self.actor,
-            "actor_target": self.actor_target,
-            "critic": self.critic,
-            "critic_target": self.critic_target,
-            "actor_optimizer": self.actor_optimizer,
-            "critic_optimizer": self.critic_optimizer,
-            "updates": self.updates,
-            "tf_rng": self._tf_rng,
-        }

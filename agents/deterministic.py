@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from agents import losses
 from agents.acting import Forward
-from agents.base import ActionBox, adam, copy_of, tf_seed
+from agents.base import ActionBox, Needs, adam, copy_of, tf_seed
 
 
 def box_action(box: ActionBox, unit: np.ndarray, rng: np.random.Generator, noise: float | None) -> np.ndarray:
@@ -26,6 +26,7 @@ def box_action(box: ActionBox, unit: np.ndarray, rng: np.random.Generator, noise
 
 class DeterministicActor:
     ACTION_KIND = "continuous"
+    needs = Needs()
 
     def __init__(self, obs_dim: int, action_low: np.ndarray, action_high: np.ndarray,
                  network: Callable[..., keras.Model], rng: np.random.Generator, actor_lr: float,

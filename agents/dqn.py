@@ -13,9 +13,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from agents import losses
+from agents import checks, losses
 from agents.acting import Forward
-from agents.base import adam, check_tau, copy_of
+from agents.base import Needs, adam, check_tau, copy_of
 from buffers.types import Batch
 
 
@@ -34,6 +34,7 @@ class _Counter(tf.train.experimental.PythonState):
 
 class DQN:
     ACTION_KIND = "discrete"
+    needs = Needs()
 
     def __init__(
         self,
@@ -51,12 +52,10 @@ class DQN:
         eps_end: float = 0.05,
         eps_decay_steps: int = 10000,
     ):
-        if loss not in ("huber", "mse"):
-            raise ValueError(f"agent.loss must be huber or mse, got {loss!r}")
-        if target_update_every < 1:
-            raise ValueError(f"agent.target_update_every must be at least 1, got {target_update_every}")
-        if not (0.0 <= eps_end <= 1.0 and 0.0 <= eps_start <= 1.0):
-            raise ValueError(f"agent.eps_start and agent.eps_end must lie in [0, 1], got {eps_start}, {eps_end}")
+        checks.choice(loss, "loss", ("huber", "mse"))
+        checks.integer(target_update_every, "target_update_every", "an integer >= 1 (500: updates between copies)")
+        for key, eps in (("eps_start", eps_start), ("eps_end", eps_end)):
+            checks.number(eps, key, "in [0, 1]", lambda x: 0.0 <= x <= 1.0)
         self.obs_dim, self.num_actions = int(obs_dim), int(num_actions)
         self.action_spec = tf.TensorSpec([None], tf.int32, name="action")
         self.double, self.tau = bool(double), check_tau(tau)
@@ -127,12 +126,3 @@ class DQN:
     def _copy_to_target(self) -> tf.Tensor:
         losses.soft_update(self.q_target.weights, self.q.weights, 1.0)  # tau 1: a hard copy
         return tf.constant(True)
-
-    def trackables(self) -> dict:
-        return {
-            "q": self.q,
-            "q_target": self.q_target,
-            "optimizer": self.optimizer,
-            "updates": self.updates,
-            "explore_steps": self.explore_steps,
-        }

@@ -14,11 +14,11 @@ class PolicyModule(tf.Module):
     `saved_model_cli` and other languages' loaders call. It tracks the acting network, the only
     one `agent.policy` reads. With `obs_norm`, observations are normalized first, under its
     statistics at export. An agent that evaluates with another network than it explores with
-    (TD7's checkpoint policy) exports that one (`eval_acting`)."""
+    (TD7's checkpoint policy) exports that one (`Needs.evaluation`)."""
 
     def __init__(self, agent: Agent, obs_norm: RunningNormalizer | None = None):
         super().__init__(name="policy")
-        self.network = getattr(agent, "eval_acting", agent.acting).network
+        self.network = (agent.needs.evaluation or agent.acting).network
         if obs_norm is None:
             self._policy = agent.policy
         else:

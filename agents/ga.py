@@ -16,8 +16,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from agents import checks
 from agents.acting import Forward
-from agents.base import ActionBox, tf_seed
+from agents.base import ActionBox, Needs, tf_seed
 from networks.population import population_forward_fn
 
 SELECTIONS = ("tournament", "truncation")
@@ -58,7 +59,7 @@ def gaussian_mutation(genes: tf.Tensor, std: float, noise: tf.Tensor) -> tf.Tens
 
 
 class GA:
-    FAMILY: ClassVar[str] = "evolution"  # trained by training/evolution.py, not the off-policy loop
+    needs: ClassVar[Needs] = Needs(population=True)  # trained by generations, not from replay
     ACTION_KIND: ClassVar[str] = "any"
 
     def __init__(
@@ -150,24 +151,16 @@ class GA:
 
 
 def _check(population, elites, selection, tournament_size, truncation, crossover, blx_alpha, mutation_std, episodes) -> None:
-    def whole(value) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool)
-
-    if not whole(population) or population < 2:
-        raise ValueError(f"agent.population must be an integer >= 2 (a GA needs individuals to select among), got {population!r}; set e.g. agent.population=50")
-    if not whole(elites) or not 0 <= elites < population:
-        raise ValueError(f"agent.elites must be an integer in [0, population) = [0, {population}) (the rest are children), got {elites!r}; set e.g. agent.elites=2")
-    if selection not in SELECTIONS:
-        raise ValueError(f"agent.selection must be one of {', '.join(SELECTIONS)}, got {selection!r}")
-    if not whole(tournament_size) or tournament_size < 1:
-        raise ValueError(f"agent.tournament_size must be a positive integer, got {tournament_size!r}; set e.g. agent.tournament_size=3")
-    if isinstance(truncation, bool) or not isinstance(truncation, (int, float)) or not 0.0 < truncation <= 1.0:
-        raise ValueError(f"agent.truncation (the fraction of the fittest that parents come from) must lie in (0, 1], got {truncation!r}")
-    if crossover not in CROSSOVERS:
-        raise ValueError(f"agent.crossover must be one of {', '.join(CROSSOVERS)}, got {crossover!r}")
-    if isinstance(blx_alpha, bool) or not isinstance(blx_alpha, (int, float)) or blx_alpha < 0:
-        raise ValueError(f"agent.blx_alpha must be a number >= 0 (0.5 is usual), got {blx_alpha!r}")
-    if isinstance(mutation_std, bool) or not isinstance(mutation_std, (int, float)) or mutation_std < 0:
-        raise ValueError(f"agent.mutation_std must be a number >= 0 (the std of the Gaussian noise added to every weight), got {mutation_std!r}; set e.g. agent.mutation_std=0.05")
-    if not whole(episodes) or episodes < 1:
-        raise ValueError(f"agent.episodes (episodes per individual per generation) must be a positive integer, got {episodes!r}")
+    checks.integer(population, "population", "an integer >= 2 (a GA needs individuals to select among; e.g. 50)",
+                   lambda n: n >= 2)
+    checks.integer(elites, "elites", f"an integer in [0, population) = [0, {population}) (the rest are children; e.g. 2)",
+                   lambda n: 0 <= n < population)
+    checks.choice(selection, "selection", SELECTIONS)
+    checks.integer(tournament_size, "tournament_size", "a positive integer (e.g. 3)")
+    checks.number(truncation, "truncation", "in (0, 1] (the fraction of the fittest that parents come from)",
+                  lambda x: 0.0 < x <= 1.0)
+    checks.choice(crossover, "crossover", CROSSOVERS)
+    checks.number(blx_alpha, "blx_alpha", "a number >= 0 (0.5 is usual)", lambda x: x >= 0)
+    checks.number(mutation_std, "mutation_std", "a number >= 0 (the std of the Gaussian noise added to every weight; "
+                  "e.g. 0.05)", lambda x: x >= 0)
+    checks.integer(episodes, "episodes", "a positive integer (episodes per individual per generation)")

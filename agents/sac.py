@@ -21,7 +21,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from agents import losses
+from agents import checks, losses
 from agents.base import adam, check_tau, copy_of
 from agents.deterministic import DeterministicActor
 from agents.stochastic import SquashedGaussianActor
@@ -31,9 +31,7 @@ from buffers.types import Batch
 def check_target_entropy(value, action_dim: int) -> float:
     if value == "auto":
         return -float(action_dim)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"agent.target_entropy must be a number or auto (-|A| = {-action_dim}), got {value!r}")
-    return float(value)
+    return checks.number(value, "target_entropy", f"a number or auto (-|A| = {-action_dim})", lambda x: True)
 
 
 class SAC(SquashedGaussianActor):
@@ -52,11 +50,9 @@ class SAC(SquashedGaussianActor):
         target_entropy: float | str = "auto",
         log_std: str = "clip",
     ):
-        if log_std not in losses.LOG_STD_MAPS:
-            raise ValueError(f"agent.log_std must be one of {sorted(losses.LOG_STD_MAPS)} (clip: SB3's clamp to [-20, 2]; "
-                             f"tanh: CleanRL's smooth bound into [-5, 2]), got {log_std!r}")
-        if isinstance(init_alpha, bool) or not isinstance(init_alpha, (int, float)) or not init_alpha > 0:
-            raise ValueError(f"agent.init_alpha must be a positive number (1.0 in SB3 and CleanRL), got {init_alpha!r}")
+        checks.choice(log_std, "log_std", sorted(losses.LOG_STD_MAPS),
+                      " (clip: SB3's clamp to [-20, 2]; tanh: CleanRL's smooth bound into [-5, 2])")
+        checks.number(init_alpha, "init_alpha", "a positive number (1.0 in SB3 and CleanRL)", lambda x: x > 0)
         super().__init__(obs_dim, action_low, action_high, network, rng)
         self.log_std = losses.LOG_STD_MAPS[log_std]  # a plain function on the instance: tf or numpy in
         self.tau = check_tau(tau)
@@ -117,18 +113,3 @@ class SAC(SquashedGaussianActor):
         next_q = tf.minimum(DeterministicActor.q(self.critic1_target, batch.next_obs, next_action, training=False),
                             DeterministicActor.q(self.critic2_target, batch.next_obs, next_action, training=False))
         return losses.td_target(batch.reward, batch.discount, losses.soft_value(next_q, alpha, next_log_prob))
-
-    def trackables(self) -> dict:
-        return {
-            "actor": self.actor,
-            "critic1": self.critic1,
-            "critic2": self.critic2,
-            "critic1_target": self.critic1_target,
-            "critic2_target": self.critic2_target,
-            "actor_optimizer": self.actor_optimizer,
-            "critic_optimizer": self.critic_optimizer,
-            "alpha_optimizer": self.alpha_optimizer,
-            "log_alpha": self.log_alpha,
-            "updates": self.updates,
-            "tf_rng": self._tf_rng,
-        }

@@ -12,11 +12,12 @@ import tensorflow as tf
 
 from agents import losses
 from agents.acting import Forward
-from agents.base import ActionBox, tf_seed
+from agents.base import ActionBox, Needs, tf_seed
 
 
 class SquashedGaussianActor:
     ACTION_KIND = "continuous"
+    needs = Needs()
     log_std = staticmethod(losses.bounded_log_std)  # the head's raw output -> log std, tf or numpy
 
     def __init__(self, obs_dim: int, action_low: np.ndarray, action_high: np.ndarray,

@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from agents import losses
+from agents import checks, losses
 from agents.base import adam, check_tau, copy_of
 from agents.deterministic import DeterministicActor
 from buffers.types import Batch
@@ -35,8 +35,7 @@ class TD3(DeterministicActor):
         noise_clip: float = 0.5,
         exploration_noise: float = 0.1,
     ):
-        if isinstance(policy_delay, bool) or not isinstance(policy_delay, int) or policy_delay < 1:
-            raise ValueError(f"agent.policy_delay must be an integer >= 1 (2 in TD3), got {policy_delay!r}")
+        policy_delay = checks.integer(policy_delay, "policy_delay", "an integer >= 1 (2 in TD3)")
         super().__init__(obs_dim, action_low, action_high, network, rng, actor_lr, exploration_noise)
         self.tau = check_tau(tau)
         self.policy_delay = int(policy_delay)
@@ -95,18 +94,3 @@ class TD3(DeterministicActor):
         self._actor_loss.assign(actor_loss)
         losses.soft_update(self._targets, self._online, self.tau)
         return tf.constant(True)
-
-    def trackables(self) -> dict:
-        return {
-            "actor": self.actor,
-            "actor_target": self.actor_target,
-            "critic1": self.critic1,
-            "critic2": self.critic2,
-            "critic1_target": self.critic1_target,
-            "critic2_target": self.critic2_target,
-            "actor_optimizer": self.actor_optimizer,
-            "critic_optimizer": self.critic_optimizer,
-            "updates": self.updates,
-            "actor_loss": self._actor_loss,
-            "tf_rng": self._tf_rng,
-        }

@@ -14,15 +14,11 @@ TD3 with five additions, each a switch of its own so that its effect can be meas
 - LAP (`lap`): replay sampled by loss-adjusted priority (buffer=lap) and the critics trained on
   LAP's Huber loss; without, TD3's squared error on uniform replay (buffer=uniform: the paper's
   "TD7 without LAP"), or weighted by the importance weights of buffer=prioritized (PER).
-- Policy checkpoints (`checkpoints`): updates come in phases at episode ends, as many as the env
-  steps since the last phase. Before a phase, the policy that acted is kept as the checkpoint if
-  the lowest return of its episodes (1, or `checkpoint_episodes` after `checkpoint_after` updates)
-  was not below the checkpoint's; an episode below it ends the assessment early. Evaluation and
-  export act with the checkpoint.
+- Policy checkpoints (`checkpoints`): the agent declares them (`Needs.policy_checkpoints`) and
+  keeps the checkpoint policy that evaluation and export act with; the runner trains at episode
+  ends and runs the schedule (training/assessment.py).
 The target networks (actor, critic, encoders) are copies made every `target_update_every` updates,
 not averages. The update works in actions scaled to [-1, 1], as the author's buffer stores them.
-As in the author's loop, an agent that trains at episode ends acts at random until the first
-episode end past `learning_starts`, and trains first at the end of the next episode.
 """
 from __future__ import annotations
 
@@ -32,9 +28,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from agents import losses
+from agents import checks, losses
 from agents.acting import Forward
-from agents.base import ActionBox, adam, copy_of, tf_seed
+from agents.base import ActionBox, LapReplay, Needs, PolicyCheckpoints, adam, copy_of, tf_seed
 from agents.deterministic import box_action
 from buffers.types import Batch
 from networks import sale as sale_networks
@@ -55,56 +51,9 @@ class Encoder(NamedTuple):
         return self.zs.weights + self.zsa.weights
 
 
-class CheckpointState(NamedTuple):
-    """Where the policy-checkpoint schedule stands (the author's tracked values)."""
-
-    episodes: float = 0.0  # episodes since the last training phase
-    steps: float = 0.0  # env steps since the last training phase
-    max_episodes: float = 1.0  # episodes that assess one policy
-    min_return: float = 1e8  # lowest return of those episodes so far
-    best_min_return: float = -1e8  # the checkpoint's lowest return
-    updates: float = 0.0  # updates asked for so far
-
-
-class CheckpointSettings(NamedTuple):
-    max_episodes: int = 20  # episodes per assessment after `after` updates
-    after: int = 750_000
-    reset_weight: float = 0.9  # the checkpoint's lowest return is scaled by it at `after`
-
-
-def checkpoint_schedule(state: CheckpointState, length: int, ret: float,
-                        settings: CheckpointSettings) -> tuple[CheckpointState, int, bool]:
-    """One episode end of TD7's checkpoint schedule: the new state, the updates to run now, and
-    whether the policy that acted becomes the checkpoint first (`maybe_train_and_checkpoint`)."""
-    state = state._replace(episodes=state.episodes + 1, steps=state.steps + length,
-                           min_return=min(state.min_return, ret))
-    if state.min_return < state.best_min_return:  # below the checkpoint: assessment over, train
-        save = False
-    elif state.episodes == state.max_episodes:
-        state, save = state._replace(best_min_return=state.min_return), True
-    else:
-        return state, 0, False
-    n = int(state.steps)
-    if state.updates <= settings.after < state.updates + n:  # the author checks it before each update
-        state = state._replace(best_min_return=state.best_min_return * settings.reset_weight,
-                               max_episodes=float(settings.max_episodes))
-    return state._replace(episodes=0.0, steps=0.0, min_return=1e8, updates=state.updates + n), n, save
-
-
-def _flag(value, key: str) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"agent.{key} must be true or false, got {value!r}")
-    return value
-
-
-def _count(value, key: str, hint: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"agent.{key} must be an integer >= 1 ({hint}), got {value!r}")
-    return value
-
-
 class TD7:
     ACTION_KIND = "continuous"
+    needs = Needs()  # its instances declare what their switches need
 
     def __init__(
         self,
@@ -134,18 +83,18 @@ class TD7:
         if not isinstance(network, SALE):
             raise ValueError("agent=td7 builds SALE's encoders, actor and critic from network=sale (its default); "
                              "leave the network group out of the command, or set network=sale.")
-        self.policy_delay = _count(policy_delay, "policy_delay", "2 in TD7: the actor steps on every second update")
-        self.target_update_every = _count(target_update_every, "target_update_every",
-                                          "250 in TD7: updates between copies of the targets")
-        self.sale, self.fixed_encoders = _flag(sale, "sale"), _flag(fixed_encoders, "fixed_encoders")
-        self.value_clipping, self.lap = _flag(value_clipping, "value_clipping"), _flag(lap, "lap")
-        self.checkpoints = _flag(checkpoints, "checkpoints")
-        if isinstance(min_priority, bool) or not isinstance(min_priority, (int, float)) or min_priority <= 0:
-            raise ValueError(f"agent.min_priority must be a positive number (1 in TD7), got {min_priority!r}")
-        self.checkpoint_settings = CheckpointSettings(
-            _count(checkpoint_episodes, "checkpoint_episodes", "20 in TD7"),
-            _count(checkpoint_after, "checkpoint_after", "750000 in TD7"), float(checkpoint_reset_weight))
-        self.min_priority = float(min_priority)
+        self.policy_delay = checks.integer(policy_delay, "policy_delay", "an integer >= 1 (2 in TD7)")
+        self.target_update_every = checks.integer(target_update_every, "target_update_every",
+                                                  "an integer >= 1 (250 in TD7: updates between target copies)")
+        self.sale, self.fixed_encoders = checks.flag(sale, "sale"), checks.flag(fixed_encoders, "fixed_encoders")
+        self.value_clipping, self.lap = checks.flag(value_clipping, "value_clipping"), checks.flag(lap, "lap")
+        self.checkpoints = checks.flag(checkpoints, "checkpoints")
+        self.min_priority = checks.number(min_priority, "min_priority", "a positive number (1 in TD7)", lambda x: x > 0)
+        schedule = PolicyCheckpoints(
+            checks.integer(checkpoint_episodes, "checkpoint_episodes", "an integer >= 1 (20 in TD7)"),
+            checks.integer(checkpoint_after, "checkpoint_after", "an integer >= 1 (750000 in TD7)"),
+            checks.number(checkpoint_reset_weight, "checkpoint_reset_weight", "in (0, 1] (0.9 in TD7)",
+                          lambda x: 0 < x <= 1))
         self.target_noise, self.noise_clip = float(target_noise), float(noise_clip)
         self.exploration_noise = float(exploration_noise)
 
@@ -178,13 +127,16 @@ class TD7:
         # acting: the actor on the fixed encoder's zs; evaluation and export: the checkpoint
         fixed_zs = self.fixed_encoder.zs if emb else None
         self.acting = Forward(sale_networks.policy(self.actor, fixed_zs, "policy"))
-        self.eval_acting = self.acting
+        self.checkpoint_policy = None  # the policy evaluation acts with, kept by the runner's assessments
         if self.checkpoints:
-            self.checkpoint_actor = copy_of(self.actor, network.actor(o, a, "checkpoint_actor", embeddings=emb))
-            self.checkpoint_zs = copy_of(fixed_zs, network.state_encoder(o, "checkpoint_zs")) if emb else None
-            self.eval_acting = Forward(sale_networks.policy(self.checkpoint_actor, self.checkpoint_zs,
-                                                            "checkpoint_policy"))
-        self._schedule = tf.Variable(np.array(CheckpointState(), np.float64), trainable=False, name="checkpoint_schedule")
+            checkpoint_zs = copy_of(fixed_zs, network.state_encoder(o, "checkpoint_zs")) if emb else None
+            self.checkpoint_policy = sale_networks.policy(
+                copy_of(self.actor, network.actor(o, a, "checkpoint_actor", embeddings=emb)), checkpoint_zs,
+                "checkpoint_policy")
+        self.eval_acting = Forward(self.checkpoint_policy) if self.checkpoints else self.acting
+        self.needs = Needs(evaluation=self.eval_acting if self.checkpoints else None,
+                           policy_checkpoints=schedule if self.checkpoints else None,
+                           lap=LapReplay(self.min_priority, self.target_update_every) if self.lap else False)
 
         # value clipping: the range of the targets seen, and the range in use since the last copy
         self.value_max = tf.Variable(-1e8, trainable=False, name="value_max")
@@ -294,23 +246,6 @@ class TD7:
         self.target_min.assign(self.value_min)
         return tf.constant(True)
 
-    # --- policy checkpoints (the loop's episode ends) ----------------------------------------------
-    @property
-    def trains_at_episode_ends(self) -> bool:
-        return self.checkpoints
-
-    def episode_end(self, length: int, ret: float) -> int:
-        """A training episode ended: the updates to run now (the loop runs them before the next
-        step), with the policy that acted made the checkpoint first where the schedule says so."""
-        state, n, save = checkpoint_schedule(CheckpointState(*self._schedule.numpy()), int(length), float(ret),
-                                             self.checkpoint_settings)
-        if save:
-            for c, o in zip(self.eval_acting.network.weights, self.acting.network.weights, strict=True):
-                c.assign(o)
-            self.eval_acting.refresh()
-        self._schedule.assign(np.array(state, np.float64))
-        return n
-
     # --- acting -----------------------------------------------------------------------------------
     def act(self, obs: np.ndarray, explore: bool) -> np.ndarray:
         """With `explore`, the current actor plus Gaussian noise; else the checkpoint (evaluation)."""
@@ -323,28 +258,3 @@ class TD7:
 
     def host_metrics(self) -> dict[str, float]:
         return {}
-
-    def trackables(self) -> dict:
-        nets = {"actor": self.actor, "actor_target": self.actor_target, "critic": self.critic,
-                "critic_target": self.critic_target}
-        if self.sale:
-            for name in ("encoder", "fixed_encoder", "fixed_target_encoder"):
-                enc = getattr(self, name)
-                if name == "encoder" or self.fixed_encoders:
-                    nets.update({f"{name}_zs": enc.zs, f"{name}_zsa": enc.zsa})
-            nets["encoder_optimizer"] = self.encoder_optimizer
-        if self.checkpoints:
-            nets["checkpoint_policy"] = self.eval_acting.network
-        return {
-            **nets,
-            "actor_optimizer": self.actor_optimizer,
-            "critic_optimizer": self.critic_optimizer,
-            "updates": self.updates,
-            "checkpoint_schedule": self._schedule,
-            "value_max": self.value_max,
-            "value_min": self.value_min,
-            "target_max": self.target_max,
-            "target_min": self.target_min,
-            "actor_loss": self._actor_loss,
-            "tf_rng": self._tf_rng,
-        }

@@ -41,7 +41,7 @@ def main() -> None:
     from hydra import compose, initialize_config_dir
 
     from benchmarks.throughput import _PartTimer, _Records, interval_rate, timed_intervals, timed_settings
-    from training.builder import build_run, loop_settings
+    from training.builder import build_run
     from training.loop import train
 
     runs = {}
@@ -54,7 +54,7 @@ def main() -> None:
         for variant, (cfg, run) in runs.items():
             records = _Records(_PartTimer())
             train(run.learner, run.buffer, run.envs, run.eval_env,
-                  timed_settings(loop_settings(cfg, run.speed), a.warmup, a.steps, a.intervals), records,
+                  timed_settings(run.settings, a.warmup, a.steps, a.intervals), records,
                   driver=run.driver)
             rates[variant].append(interval_rate(timed_intervals(records, a.warmup, a.steps, a.intervals)))
             print(f"round {r + 1}: {rates[variant][-1]:8.1f} env steps/s  {variant or '(as is)'}", flush=True)

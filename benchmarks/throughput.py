@@ -151,7 +151,7 @@ def measure_loop(cfg: DictConfig, mode: str, bench: DictConfig, time_parts: bool
     `loop_steps` steps, after the warm-up and one interval that holds the update's tracing. With
     `time_parts`, also where a step's time goes; the wrappers that time the parts cost a few us
     per call, so the side-by-side with SB3 measures the loop without them."""
-    from training.builder import build_run, loop_settings
+    from training.builder import build_run
     from training.loop import train
 
     run = run_config(cfg, mode)
@@ -160,7 +160,7 @@ def measure_loop(cfg: DictConfig, mode: str, bench: DictConfig, time_parts: bool
     steps = max(steps - steps % parts.envs.num_envs, parts.envs.num_envs)
     repeats = int(bench.repeats)
     warmup = int(bench.warmup)
-    settings = timed_settings(loop_settings(run, parts.speed), warmup, steps, repeats)
+    settings = timed_settings(parts.settings, warmup, steps, repeats)
     timer = _PartTimer()
     timed = [(parts.envs, "step", "env_step"), (parts.learner, "act", "act"), (parts.learner, "update", "update"),
              (parts.buffer, "add", "buffer_add"), (parts.buffer, "sample_batches", "sample")]

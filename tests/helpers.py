@@ -51,7 +51,7 @@ def run_loop(cfg, records: Records | None = None, before_train=None):
     given) receives the loop's records; `before_train(run)` is called on the built run first."""
     from omegaconf import OmegaConf
 
-    from training.builder import build_run, loop_settings
+    from training.builder import build_run
     from training.loggers import MultiLogger
     from training.loop import train
 
@@ -60,7 +60,7 @@ def run_loop(cfg, records: Records | None = None, before_train=None):
     if before_train is not None:
         before_train(run)
     try:
-        summary = train(run.learner, run.buffer, run.envs, run.eval_env, loop_settings(cfg, run.speed),
+        summary = train(run.learner, run.buffer, run.envs, run.eval_env, run.settings,
                         MultiLogger([records] if records is not None else []), driver=run.driver)
     finally:
         run.close()

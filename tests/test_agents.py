@@ -4,6 +4,8 @@ import functools
 import numpy as np
 import pytest
 
+from agents.base import tracked
+from agents.compiled import CompiledAgent
 from agents.ddpg import DDPG
 from agents.td3 import TD3
 from buffers.types import Batch
@@ -129,7 +131,7 @@ def test_trackables_hold_every_stateful_part(cls):
 def test_bad_agent_arguments_are_named():
     with pytest.raises(ValueError, match="policy_delay"):
         TD3(OBS, LOW, HIGH, net, np.random.default_rng(0), policy_delay=0)
-    with pytest.raises(ValueError, match="tau must lie in"):
+    with pytest.raises(ValueError, match="tau must be in"):
         TD3(OBS, LOW, HIGH, net, np.random.default_rng(0), tau=2.0)
     with pytest.raises(ValueError, match="compile"):
         make(TD3, compile="turbo")
@@ -328,7 +330,7 @@ def state_arrays(agent) -> dict:
     """Every number a checkpoint holds: networks' weights (Batch Renormalization's running
     statistics included), optimizers' moments, counters, the RNG's state."""
     out = {}
-    for name, t in agent.trackables().items():
+    for name, t in (agent.trackables() if isinstance(agent, CompiledAgent) else tracked(agent)).items():
         variables = getattr(t, "weights", None) or getattr(t, "variables", None)
         if variables is None:
             variables = [t.state] if hasattr(t, "state") else [t]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from agents.base import tracked
 from agents import losses
 from agents.crossq import CrossQ, crossq_critic_loss
 from agents.losses import clipped_log_std
@@ -453,9 +454,9 @@ def test_checkpoint_holds_the_running_statistics_and_counts(tmp_path):
     for _ in range(3):
         learner.update(one(batch(rng)))
     agent = learner.agent
-    path = tf.train.Checkpoint(**agent.trackables()).write(str(tmp_path / "c"))
+    path = tf.train.Checkpoint(**tracked(agent)).write(str(tmp_path / "c"))
     other = make(seed=11)
-    tf.train.Checkpoint(**other.trackables()).read(path).assert_consumed()
+    tf.train.Checkpoint(**tracked(other)).read(path).assert_consumed()
     for a, b in zip(agent.critic2.weights + agent.actor.weights, other.critic2.weights + other.actor.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.name)
     assert other.critic2.get_layer("critic2_brn1").calls.numpy() == 3.0

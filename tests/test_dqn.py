@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from agents.base import tracked
 from agents import losses
 from agents.dqn import DQN
 from agents.export import PolicyModule
@@ -134,10 +135,10 @@ def test_epsilon_greedy_schedule_and_fast_act():
 def test_explore_counter_is_checkpointed(tmp_path):
     agent = DQN(4, 3, functools.partial(mlp, hidden=[8]), np.random.default_rng(0))
     agent.act(np.zeros((7, 4), np.float32), explore=True)
-    ckpt = tf.train.Checkpoint(**agent.trackables())
+    ckpt = tf.train.Checkpoint(**tracked(agent))
     path = ckpt.write(str(tmp_path / "c"))
     other = DQN(4, 3, functools.partial(mlp, hidden=[8]), np.random.default_rng(0))
-    tf.train.Checkpoint(**other.trackables()).read(path).assert_consumed()
+    tf.train.Checkpoint(**tracked(other)).read(path).assert_consumed()
     assert other.explore_steps.value == 7 and other.epsilon == agent.epsilon
 
 

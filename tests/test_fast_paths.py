@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from buffers.types import Batch
-from training.builder import build_run, loop_settings
+from training.builder import build_run
 from training.loggers import MultiLogger
 from training.loop import train
 
@@ -35,7 +35,7 @@ def run(cfg):
     parts = build_run(cfg)
     calls = Calls(parts.learner)
     try:
-        summary = train(parts.learner, parts.buffer, parts.envs, parts.eval_env, loop_settings(cfg), MultiLogger([]),
+        summary = train(parts.learner, parts.buffer, parts.envs, parts.eval_env, parts.settings, MultiLogger([]),
                         driver=parts.driver)
         weights = [np.array(w) for w in parts.learner.agent.actor.get_weights()]
     finally:
@@ -111,8 +111,8 @@ def run_recorded(cfg, stop_at=None):
                       stop_requested=lambda: stop_at is not None and "st" in state and state["st"].step >= stop_at)
     try:
         from training.loop import initial_state
-        state["st"] = initial_state(parts.envs, loop_settings(cfg))
-        summary = train(parts.learner, parts.buffer, parts.envs, parts.eval_env, loop_settings(cfg), records,
+        state["st"] = initial_state(parts.envs, parts.settings)
+        summary = train(parts.learner, parts.buffer, parts.envs, parts.eval_env, parts.settings, records,
                         state=state["st"], hooks=hooks, driver=parts.driver)
         acting = parts.learner.agent.acting
         weights = [np.array(w) for w in acting.network.get_weights()]
@@ -185,7 +185,7 @@ def test_a_driven_call_returns_within_steps_per_call_env_steps(make_cfg):
 
     parts.driver.run = run
     try:
-        summary = train(parts.learner, parts.buffer, parts.envs, parts.eval_env, loop_settings(cfg), MultiLogger([]),
+        summary = train(parts.learner, parts.buffer, parts.envs, parts.eval_env, parts.settings, MultiLogger([]),
                         driver=parts.driver)
     finally:
         parts.close()

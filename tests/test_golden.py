@@ -120,7 +120,7 @@ def run_case(name: str) -> dict:
     import keras
     from omegaconf import OmegaConf
 
-    from training.builder import build_run, eval_seed, loop_settings, population_generation
+    from training.builder import build_run, eval_seed, population_generation
     from training.evolution import EvolutionSettings, train_population
     from training.loop import train
 
@@ -137,7 +137,7 @@ def run_case(name: str) -> dict:
             generation, _ = population_generation(cfg, run.learner, run.envs, run.speed)
             summary = train_population(run.learner, generation, run.eval_env, settings, records, run.rng)
         else:
-            summary = train(run.learner, run.buffer, run.envs, run.eval_env, loop_settings(cfg, run.speed), records,
+            summary = train(run.learner, run.buffer, run.envs, run.eval_env, run.settings, records,
                             driver=run.driver)
     finally:
         run.close()

@@ -110,50 +110,45 @@ def test_td7_learns_pendulum_within_8k_steps_acting_with_its_checkpoints(make_cf
     the start angle (an early policy's -0.5 holds a 5k-step run's evaluation at -860, in the
     author's code too). The schedule's arithmetic is tested by hand in test_td7.py; here, that the
     agent takes the checkpoints it names, and evaluates with them."""
-    from agents.td7 import CheckpointState, checkpoint_schedule
+    from agents.base import PolicyCheckpoints
+    from training.assessment import Assessment, assess
 
     cfg = make_cfg("agent=td7", "env=pendulum", "total_steps=8000", "eval_every=8000", "seed=0",
                    "agent.checkpoints=true", "agent.checkpoint_episodes=3", "agent.checkpoint_after=1",
                    "agent.lap=true", "buffer=lap",
                    *(f"network.{k}=64" for k in ("zs_dim", "encoder_hidden", "critic_hidden", "actor_hidden")),
                    "logger.progress=false")
-    ends = []  # per training episode end: (length, return, updates asked for, the acting policy's weights)
-    saved = []  # per episode end: whether the evaluation policy is now the policy that acted
+    kept = []  # the acting policy's weights at each keep
 
-    def record_episode_ends(run):
-        agent = run.learner.agent
-        episode_end = agent.episode_end
+    def record_keeps(run):
+        learner = run.learner
+        keep_policy = learner.keep_policy
 
-        def recorded(length, ret):
-            acting = [w.numpy().copy() for w in agent.acting.network.weights]
-            n = episode_end(length, ret)
-            ends.append((length, ret, n, acting))
-            saved.append(all(np.array_equal(e.numpy(), a) for e, a in zip(agent.eval_acting.network.weights, acting,
-                                                                          strict=True)))
-            return n
+        def recorded():
+            kept.append([w.numpy().copy() for w in learner.agent.acting.network.weights])
+            keep_policy()
 
-        agent.episode_end = recorded
-        agents.append(agent)
+        learner.keep_policy = recorded
+        agents.append(learner.agent)
 
     agents, records = [], Records()
-    summary = run_to_completion(cfg, records, record_episode_ends)
+    summary = run_to_completion(cfg, records, record_keeps)
     agent = agents[0]
     assert summary["steps"] == 8000
-    # every update the schedule asked for ran; at most the first episode past learning_starts and
-    # the last, unfinished assessment (3 episodes of 200 steps) went untrained
-    assert summary["updates"] == sum(n for _, _, n, _ in ends) >= 8000 - cfg.learning_starts - 4 * 200
 
-    # the schedule on this run's episodes: the updates it asks for and the checkpoints it takes
-    state, expected = CheckpointState(), []
-    for length, ret, _, _ in ends:
-        state, n, save = checkpoint_schedule(state, length, ret, agent.checkpoint_settings)
-        expected.append((n, save))
-    assert [n for _, _, n, _ in ends] == [n for n, _ in expected]
-    # the first policy to act is the initial actor, which the checkpoint starts as: saved or not, it is
-    assert saved[1:] == [save for _, save in expected[1:]], list(zip(saved, expected))
-    assert 3 <= sum(save for _, save in expected) < len(expected) / 2, expected  # the rule both took and refused
-    last = max(i for i, (_, save) in enumerate(expected) if save)
-    for e, a in zip(agent.eval_acting.network.weights, ends[last][3], strict=True):
-        np.testing.assert_array_equal(e.numpy(), a)  # evaluation acts with the last checkpoint taken
+    # the schedule replayed on this run's training episodes: the updates it trains and the keeps it makes
+    state, done, due, keeps, acting = Assessment(), 0, 0, 0, False
+    for step, m in records.rows["train"]:
+        if not acting:
+            acting = step > cfg.learning_starts  # the first episode end past learning_starts trains nothing
+            continue
+        due += m["episode_length"]
+        state, train, keep = assess(state, m["episode_return"], PolicyCheckpoints(3, 1, 0.9), done, due)
+        keeps += keep
+        done, due = (done + due, 0) if train else (done, due)
+    assert summary["updates"] == done >= 8000 - cfg.learning_starts - 4 * 200
+    assert len(kept) == keeps and 3 <= keeps < len(records.rows["train"]) / 2  # the rule both took and refused
+    for e, a in zip(agent.eval_acting.network.weights, kept[-1], strict=True):
+        np.testing.assert_array_equal(e.numpy(), a)  # evaluation acts with the last policy kept
     assert summary["final_return"] > -300, summary
     check_critic_bootstraps(records, from_step=6000, key="q")

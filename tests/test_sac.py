@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from agents.base import tracked
 from agents import losses
 from agents.sac import SAC
 from buffers.types import Batch
@@ -264,8 +265,8 @@ def test_compiled_update_is_traced_once_and_acting_follows_it():
 def test_checkpoint_holds_the_temperature_and_its_optimizer(tmp_path):
     agent = make(init_alpha=0.3)
     compiled(agent).update(one(batch(np.random.default_rng(5))))
-    path = tf.train.Checkpoint(**agent.trackables()).write(str(tmp_path / "c"))
+    path = tf.train.Checkpoint(**tracked(agent)).write(str(tmp_path / "c"))
     other = make(seed=9)
-    tf.train.Checkpoint(**other.trackables()).read(path).assert_consumed()
+    tf.train.Checkpoint(**tracked(other)).read(path).assert_consumed()
     assert float(other.log_alpha.numpy()) == float(agent.log_alpha.numpy())
     assert int(other.alpha_optimizer.iterations.numpy()) == 1

@@ -12,7 +12,9 @@ import pytest
 import tensorflow as tf
 
 from agents import losses
-from agents.td7 import TD7, CheckpointSettings, CheckpointState, checkpoint_schedule
+from agents.base import LapReplay, Needs, PolicyCheckpoints, tracked
+from agents.td7 import TD7
+from training.assessment import Assessment, assess
 from buffers.prioritized import PrioritizedReplay
 from hand_nets import assert_first_adam_step, flat, numeric_gradient
 from helpers import compiled, one, random_batch
@@ -79,27 +81,30 @@ def test_lap_priorities_floor_power_no_weights_and_the_max_reset():
     assert other._updates_seen == 3
 
 
-def test_checkpoint_schedule_by_hand():
-    """The author's maybe_train_and_checkpoint over a sequence of episodes: a first episode always
-    becomes the checkpoint; one below it trains without saving; at `after` updates the assessment
-    grows to max_episodes and the checkpoint's lowest return is scaled by reset_weight."""
-    settings = CheckpointSettings(max_episodes=3, after=250, reset_weight=0.9)
-    s = CheckpointState()
-    s, n, save = checkpoint_schedule(s, 100, -50.0, settings)
-    assert (n, save, s.best_min_return, s.updates) == (100, True, -50.0, 100)
-    s, n, save = checkpoint_schedule(s, 80, -60.0, settings)  # below the checkpoint: train, keep it
-    assert (n, save, s.best_min_return) == (80, False, -50.0)
-    s, n, save = checkpoint_schedule(s, 100, -40.0, settings)  # 180 <= 250 < 280: the reset comes in this phase
-    assert (n, save, s.max_episodes, s.updates) == (100, True, 3.0, 280)
+def test_policy_checkpoints_by_hand():
+    """The author's maybe_train_and_checkpoint over a sequence of episodes, one update due per env
+    step: a first episode always becomes the checkpoint; one below it trains without saving; at
+    `after` updates the assessment grows to `episodes` and the checkpoint's lowest return is scaled
+    by reset_weight."""
+    settings = PolicyCheckpoints(episodes=3, after=250, reset_weight=0.9)
+    s, done, due = Assessment(), 0, 0
+
+    def end(length, ret):
+        nonlocal s, done, due
+        due += length
+        s, train, keep = assess(s, ret, settings, done, due)
+        n = due if train else 0
+        done, due = done + n, due - n
+        return n, keep
+
+    assert (end(100, -50.0), s.best_min_return, done) == ((100, True), -50.0, 100)
+    assert (end(80, -60.0), s.best_min_return) == ((80, False), -50.0)  # below the checkpoint: train, keep it
+    assert (end(100, -40.0), s.max_episodes, done) == ((100, True), 3.0, 280)  # 180 <= 250 < 280: the reset
     assert s.best_min_return == pytest.approx(-40.0 * 0.9)
-    s, n, save = checkpoint_schedule(s, 50, -30.0, settings)  # now 3 episodes assess a policy
-    assert (n, save, s.episodes, s.steps) == (0, False, 1.0, 50.0)
-    s, n, save = checkpoint_schedule(s, 50, -20.0, settings)
-    assert (n, save) == (0, False)
-    s, n, save = checkpoint_schedule(s, 50, -25.0, settings)  # min of the three -30 >= -36: saved
-    assert (n, save, s.best_min_return, s.episodes, s.min_return) == (150, True, -30.0, 0.0, 1e8)
-    s, n, save = checkpoint_schedule(s, 10, -31.0, settings)  # one episode below it ends the assessment early
-    assert (n, save, s.updates) == (10, False, 440)
+    assert (end(50, -30.0), s.episodes, due) == ((0, False), 1.0, 50)  # now 3 episodes assess a policy
+    assert end(50, -20.0) == (0, False)
+    assert (end(50, -25.0), s.best_min_return, s.episodes, s.min_return) == ((150, True), -30.0, 0.0, 1e8)
+    assert (end(10, -31.0), done) == ((10, False), 440)  # one episode below it ends the assessment early
 
 
 def test_the_policy_runs_in_numpy_as_one_program():
@@ -370,7 +375,9 @@ def test_the_actor_steps_on_the_mean_of_both_critics_by_hand(hand_run):
 
 def test_switches_remove_their_parts():
     plain = make(sale=False, fixed_encoders=False, lap=False, checkpoints=False)
-    assert plain.encoder is None and plain.eval_acting is plain.acting
+    assert plain.encoder is None and plain.eval_acting is plain.acting and plain.needs == Needs(lap=False)
+    full = make()
+    assert full.needs == Needs(evaluation=full.eval_acting, policy_checkpoints=PolicyCheckpoints(), lap=LapReplay(1.0, 250))
     assert [len(m.inputs) for m in (plain.actor, plain.critic)] == [1, 2]
     b = batch(np.random.default_rng(4))
     q = plain.critic([tf.constant(b.obs), tf.constant((b.action - (HIGH + LOW) / 2) / ((HIGH - LOW) / 2))]).numpy()
@@ -378,22 +385,23 @@ def test_switches_remove_their_parts():
     assert float(metrics["critic_loss"]) == pytest.approx(np.mean(np.sum((q - b.reward[:, None]) ** 2, 1)), rel=1e-5)
     assert float(metrics["encoder_loss"]) == 0.0
     shared = make(fixed_encoders=False)
-    assert shared.fixed_encoder is shared.encoder and "fixed_encoder_zs" not in shared.trackables()
+    assert shared.fixed_encoder is shared.encoder and "fixed_encoder_zs" not in tracked(shared)
 
 
-def test_episode_ends_make_the_acting_policy_the_checkpoint():
+def test_a_kept_policy_is_what_evaluation_acts_with():
     learner = compiled(make(target_update_every=2))
     agent, rng = learner.agent, np.random.default_rng(5)
+    assert agent.needs.evaluation is agent.eval_acting and agent.needs.policy_checkpoints == PolicyCheckpoints()
     obs = rng.normal(size=(4, OBS)).astype(np.float32)
     for _ in range(2):
         learner.update(one(batch(rng)))
     assert not np.allclose(agent.act(obs, False), agent.box.from_unit(agent.acting(obs)))  # still the initial actor
-    assert learner.episode_end(10, -5.0) == 10  # the first episode: saved, then 10 updates
+    learner.keep_policy()
     np.testing.assert_array_equal(agent.act(obs, False), agent.box.from_unit(agent.acting(obs)).astype(np.float32))
     saved = agent.act(obs, False)
     for _ in range(2):
         learner.update(one(batch(rng)))
-    assert learner.episode_end(7, -9.0) == 7  # below the checkpoint's -5: trained, not saved
+    assert not np.allclose(agent.act(obs, True), saved)  # the actor moved; evaluation keeps the kept one
     np.testing.assert_array_equal(agent.act(obs, False), saved)
     exported = agent.policy(tf.constant(obs)).numpy()
     np.testing.assert_allclose(exported, saved, rtol=1e-5, atol=1e-6)
@@ -404,15 +412,14 @@ def test_checkpoint_round_trip(tmp_path):
     rng = np.random.default_rng(6)
     for _ in range(3):
         learner.update(one(batch(rng)))
-    learner.episode_end(12, 1.0)
+    learner.keep_policy()
     agent = learner.agent
-    path = tf.train.Checkpoint(**agent.trackables()).write(str(tmp_path / "c"))
+    path = tf.train.Checkpoint(**tracked(agent)).write(str(tmp_path / "c"))
     other = make(seed=11, target_update_every=2)
-    tf.train.Checkpoint(**other.trackables()).read(path).assert_consumed()
+    tf.train.Checkpoint(**tracked(other)).read(path).assert_consumed()
     for name in ("actor", "critic", "critic_target"):
         assert same(weights(getattr(agent, name)), weights(getattr(other, name)))
     assert same(weights(agent.eval_acting.network), weights(other.eval_acting.network))
-    np.testing.assert_array_equal(agent._schedule.numpy(), other._schedule.numpy())
     assert float(other.target_max.numpy()) == float(agent.target_max.numpy())
 
 
@@ -450,9 +457,9 @@ def test_the_lap_switch_names_what_runs(make_cfg):
 
     uniform, per = UniformReplay(64, OBS, len(LOW), 0.99, rng), PrioritizedReplay(64, OBS, len(LOW), 0.99, rng)
     td7, without = make(), make(lap=False)
-    check_lap(td7, lap_replay())
-    check_lap(without, uniform)
-    check_lap(without, per)
+    check_lap(td7.needs.lap, lap_replay())
+    check_lap(without.needs.lap, uniform)
+    check_lap(without.needs.lap, per)
     for agent, buffer, message in [
         (without, lap_replay(), "neither TD7 nor TD7 without LAP"),
         (td7, uniform, "this buffer samples uniformly"),
@@ -462,7 +469,7 @@ def test_the_lap_switch_names_what_runs(make_cfg):
                                                r"updates \(agent.target_update_every=250\)"),
     ]:
         with pytest.raises(ConfigError, match=message):
-            check_lap(agent, buffer)
+            check_lap(agent.needs.lap, buffer)
 
     # without LAP the critics' loss reads the batch's importance weights: doubled weights, doubled loss
     b = batch(np.random.default_rng(1), 8)
@@ -479,20 +486,31 @@ TINY = ["agent=td7", "env=pendulum", "network.zs_dim=8", "network.encoder_hidden
         "checkpoint.every=0"]
 
 
+TD3 = ["agent=td3", "env=pendulum", "network.hidden=[16,16]", "batch_size=32", "eval_episodes=1",
+       "logger.progress=false", "checkpoint.every=0", "train_at_episode_ends=true"]
+
+
 @pytest.mark.parametrize("steps_per_call", [0, 400])
-def test_updates_come_at_episode_ends(make_cfg, steps_per_call):
+@pytest.mark.parametrize("agent,ratio", [("td7", 1.0), ("td3", 1.0), ("td3", 0.5)])
+def test_updates_come_at_episode_ends(make_cfg, agent, ratio, steps_per_call):
     """Pendulum's episodes are 200 steps. As in the author's loop, the policy acts from the first
     episode end past learning_starts (1200: the episode ending at 1000 does not count) and trains at
-    the next ones: two phases of 200 updates at 1400 and 1600, none in between; one batch per update
-    from the LAP buffer."""
-    from helpers import run_loop
+    the next ones: two phases of 200 * updates_per_step updates at 1400 and 1600, none in between.
+    TD7 asks for it with its policy checkpoints (each first episode is kept: each trains), any
+    agent with train_at_episode_ends=true; TD7's LAP buffer saw one batch per update."""
+    from helpers import Records, run_loop
 
-    cfg = make_cfg(*TINY, "total_steps=1600", "learning_starts=1000", "eval_every=1600",
+    records = Records()
+    base = TINY if agent == "td7" else [*TD3, f"updates_per_step={ratio}"]
+    cfg = make_cfg(*base, "total_steps=1600", "learning_starts=1000", "eval_every=1600", "logger.every=100",
                    f"speed.steps_per_call={steps_per_call}")
-    summary, run = run_loop(cfg)
-    assert summary["updates"] == 400
-    assert run.buffer._updates_seen == 400  # every update's priorities came back before the next batch
-    assert float(run.learner.agent._schedule.numpy()[5]) == 400  # the schedule asked for them
+    summary, run = run_loop(cfg, records)
+    assert run.settings.train_at_episode_ends
+    assert summary["updates"] == 400 * ratio
+    updates = {step: m["updates"] for step, m in records.rows["update"]}
+    assert [updates[s] for s in (1200, 1300, 1400, 1500, 1600)] == [0, 0, 200 * ratio, 200 * ratio, 400 * ratio]
+    if agent == "td7":
+        assert run.buffer._updates_seen == 400  # every update's priorities came back before the next batch
 
 
 def test_bad_input_is_refused_through_train_py(tmp_path):

@@ -14,7 +14,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, get_object, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from agents.base import Agent
+from agents.base import Agent, LapReplay, Needs
 from agents.compiled import CompiledAgent, CompiledPopulation
 from buffers.prioritized import PrioritizedReplay
 from buffers.types import Buffer
@@ -37,6 +37,7 @@ class Run:
     envs: gym.vector.VectorEnv
     eval_env: gym.Env
     rng: np.random.Generator
+    settings: LoopSettings | None = None  # the off-policy loop's (None for a population)
     driver: GraphDriver | None = None  # env steps driven from inside the graph (speed.steps_per_call > 0)
 
     def close(self) -> None:
@@ -49,12 +50,6 @@ def agent_class(cfg: DictConfig) -> type:
         return get_class(cfg.agent._target_)
     except Exception as err:  # hydra wraps import errors; name the key that is wrong
         raise ConfigError(f"agent._target_={cfg.agent._target_!r} cannot be imported: {err}") from err
-
-
-def family(cls: type) -> str:
-    """Which loop trains an agent class: `off_policy` (training/loop.py) or `evolution`
-    (training/evolution.py), as the class declares."""
-    return getattr(cls, "FAMILY", "off_policy")
 
 
 def build_agent(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, rng: np.random.Generator) -> Agent:
@@ -121,7 +116,7 @@ def build_learner(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space
     speed = speed or decide_speed(cfg)
     agent = build_agent(cfg, obs_space, action_space, rng)
     obs_norm = RunningNormalizer(agent.obs_dim) if uses_obs_norm(cfg) else None
-    if family(type(agent)) == "evolution":
+    if agent.needs.population:
         try:
             return CompiledPopulation(agent, compile=speed.compile, numpy_acting=speed.numpy_acting, obs_norm=obs_norm)
         except ValueError as err:  # a network the population cannot run batched
@@ -176,7 +171,7 @@ def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
     env_args = dict(max_episode_steps=cfg.env.max_episode_steps, kwargs=cfg.env.kwargs)
     eval_env = make_env(cfg.env.id, seed=eval_seed(cfg), **eval_env_args(cfg))
     check_action_space(eval_env.action_space, cls.ACTION_KIND, cfg.env.id, cls.__name__)
-    if family(cls) == "evolution":  # one env per individual, no replay buffer
+    if cls.needs.population:  # one env per individual, no replay buffer
         if get_class(cfg.buffer._target_) is not get_class("buffers.uniform.UniformReplay"):
             raise ConfigError(
                 f"{cls.__name__} keeps no replay buffer (a population is scored on its own episodes), so "
@@ -197,43 +192,47 @@ def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
         # network that acts through TF (a dueling head) would wait there, for ever with one such thread.
         speed = replace(speed, steps_per_call=0)
     buffer = build_buffer(cfg, obs_space, action_space, rng) if with_buffer else None
-    check_fit(cfg, learner.agent, buffer)
+    settings = loop_settings(cfg, speed, learner.agent.needs)
+    check_fit(settings, learner.agent.needs, buffer)
     driver = GraphDriver(learner) if speed.steps_per_call > 0 and speed.fuse_updates else None
-    return Run(learner=learner, speed=speed, buffer=buffer, envs=envs, eval_env=eval_env, rng=rng, driver=driver)
+    return Run(learner=learner, speed=speed, buffer=buffer, envs=envs, eval_env=eval_env, rng=rng, settings=settings,
+               driver=driver)
 
 
-def check_fit(cfg: DictConfig, agent: Agent, buffer: Buffer | None) -> None:
-    """What an agent asks of the buffer and the loop (TD7's LAP and policy checkpoints), checked
-    against the run's settings."""
-    if hasattr(agent, "lap") and buffer is not None:
-        check_lap(agent, buffer)
-    if getattr(agent, "trains_at_episode_ends", False):
-        for key, value in (("num_envs", cfg.num_envs), ("updates_per_step", cfg.updates_per_step),
-                           ("train_every", cfg.train_every)):
+def check_fit(settings: LoopSettings, needs: Needs, buffer: Buffer | None) -> None:
+    """What an agent declares it needs (LAP's replay, policy checkpoints), and training at episode
+    ends, checked against the run's settings."""
+    if needs.lap is not None and buffer is not None:
+        check_lap(needs.lap, buffer)
+    if settings.train_at_episode_ends and settings.train_every != 1:
+        raise ConfigError(f"train_every={settings.train_every} with training at episode ends: the updates due come at "
+                          f"each episode's end, not every train_every steps; leave train_every at 1.")
+    if needs.policy_checkpoints is not None:
+        for key, value in (("num_envs", settings.num_envs), ("updates_per_step", settings.updates_per_step)):
             if value != 1:
                 raise ConfigError(
-                    f"{key}={value} with agent.checkpoints=true: the agent trains at the end of each episode, one update "
-                    f"per env step since its last training, on one env whose episodes assess one policy at a time; "
-                    f"leave {key} at 1, or set agent.checkpoints=false to train every step."
+                    f"{key}={value:g} with agent.checkpoints=true: the agent trains at the end of each episode, one "
+                    f"update per env step since its last training, on one env whose episodes assess one policy at a "
+                    f"time; leave {key} at 1, or set agent.checkpoints=false to train every step."
                 )
 
 
-def check_lap(agent: Agent, buffer: Buffer) -> None:
+def check_lap(lap: LapReplay | bool, buffer: Buffer) -> None:
     """TD7's LAP switch names what runs: with it, LAP's loss on LAP's replay (priorities floored at the
     loss's `min_priority`, no importance weights, the largest priority reset at each target update);
     without, TD3's squared error on uniform replay (the paper's ablation), or on prioritized replay
     with its importance weights (PER). Prioritized sampling under the squared error without the
     weights is neither, and the LAP paper's argument against it: refused."""
     lap_replay = isinstance(buffer, PrioritizedReplay) and not buffer.importance_weights
-    if agent.lap:
+    if lap:
         problems = [] if lap_replay else ["samples uniformly" if not isinstance(buffer, PrioritizedReplay)
                                           else "weighs its samples by importance weights"]
-        if lap_replay and buffer.min_priority != agent.min_priority:
+        if lap_replay and buffer.min_priority != lap.min_priority:
             problems.append(f"floors priorities at buffer.min_priority={buffer.min_priority:g}, not agent.min_priority="
-                            f"{agent.min_priority:g}")
-        if lap_replay and buffer.max_reset_every != agent.target_update_every:
+                            f"{lap.min_priority:g}")
+        if lap_replay and buffer.max_reset_every != lap.reset_every:
             problems.append(f"resets its largest priority every buffer.max_reset_every={buffer.max_reset_every} updates, "
-                            f"not at the agent's target updates (agent.target_update_every={agent.target_update_every})")
+                            f"not at the agent's target updates (agent.target_update_every={lap.reset_every})")
         if problems:
             raise ConfigError(
                 f"agent.lap=true trains the critics on LAP's loss, which is LAP only with replay sampled by priorities "
@@ -300,8 +299,11 @@ def build_buffer(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space,
     )
 
 
-def loop_settings(cfg: DictConfig, speed: Speed | None = None) -> LoopSettings:
-    speed = speed or decide_speed(cfg)
+def loop_settings(cfg: DictConfig, speed: Speed, needs: Needs) -> LoopSettings:
+    """The loop's settings, read from the config once, with what the agent declares it needs."""
+    at_episode_ends = cfg.get("train_at_episode_ends", False)  # absent in runs saved before it existed
+    if not isinstance(at_episode_ends, bool):
+        raise ConfigError(f"train_at_episode_ends must be true or false, got {at_episode_ends!r}.")
     return LoopSettings(
         total_steps=int(cfg.total_steps),
         learning_starts=int(cfg.learning_starts),
@@ -317,4 +319,7 @@ def loop_settings(cfg: DictConfig, speed: Speed | None = None) -> LoopSettings:
         fuse_updates=speed.fuse_updates,
         steps_per_call=speed.steps_per_call,
         progress=bool(cfg.logger.progress),
+        num_envs=int(cfg.num_envs),
+        train_at_episode_ends=at_episode_ends or needs.policy_checkpoints is not None,
+        policy_checkpoints=needs.policy_checkpoints,
     )

@@ -11,8 +11,9 @@ import gymnasium as gym
 import numpy as np
 from tqdm.auto import tqdm
 
-from agents.base import Learner
+from agents.base import Learner, PolicyCheckpoints
 from buffers.types import Buffer
+from training.assessment import Assessment, assess
 from training.driven import GraphDriver
 from training.evaluation import evaluate
 from training.faults import check_finite
@@ -37,6 +38,12 @@ class LoopSettings:
     # (0: the loop calls the update every phase); needs fuse_updates and a driver
     steps_per_call: int = 0
     progress: bool = True
+    num_envs: int = 1
+    # updates at training episodes' ends, as many as are due (SB3's train_freq=(1, "episode")); the
+    # policy acts from the first episode end past learning_starts on, and that end trains nothing
+    # (sfujim/TD7's allow_train). With policy checkpoints (training/assessment.py), they decide.
+    train_at_episode_ends: bool = False
+    policy_checkpoints: PolicyCheckpoints | None = None
 
 
 @dataclass
@@ -54,9 +61,8 @@ class LoopState:
     obs: np.ndarray | None = None  # the training envs' current observations
     wall_time: float = 0.0  # seconds spent in the loop over all sessions of the run
     evals: list = field(default_factory=list)  # (step, return_mean) of every evaluation
-    # an agent that trains at episode ends: its policy acts from the first episode end past
-    # learning_starts on, and that episode's end trains nothing (sfujim/TD7's allow_train)
-    policy_acts: bool = False
+    policy_acts: bool = False  # training at episode ends: the first episode end past learning_starts is behind
+    assessment: tuple = ()  # the policy checkpoints' Assessment (empty: its start)
 
 
 @dataclass
@@ -119,9 +125,21 @@ def train(
             st.best_return = result["return_mean"]
             hooks.checkpoint(st, "best")
 
+    def episode_end(ret: float) -> bool:
+        """A training episode's end, past the first: whether the updates due train now."""
+        if s.policy_checkpoints is None:
+            return True
+        state, train_now, keep = assess(Assessment(*st.assessment), ret, s.policy_checkpoints, st.updates,
+                                        int(st.updates_due + 1e-9))
+        st.assessment = tuple(state)
+        if keep:
+            learner.keep_policy()
+        return train_now
+
     def env_step() -> int:
         """One step of every env: act, step, store, count the updates due. Returns how many
         updates are due now (0 outside an update phase)."""
+        at_episode_ends = s.train_at_episode_ends
         learning = st.policy_acts if at_episode_ends else st.step >= s.learning_starts  # sfujim/TD3: t >= start_timesteps
         learner.observe(st.obs)  # random steps too: running statistics count every observation
         action = learner.act(st.obs, explore=True) if learning else envs.action_space.sample()
@@ -131,19 +149,18 @@ def train(
         st.obs = next_obs
         st.step += num_envs
         bar.update(num_envs)
+        if learning:
+            st.updates_due += num_envs * s.updates_per_step
+        train_now = not at_episode_ends and st.step % s.train_every < num_envs
         if "episode" in infos:
             for i in np.flatnonzero(infos["_episode"]):
                 ret, length = float(infos["episode"]["r"][i]), int(infos["episode"]["l"][i])
                 episodes.append((st.step, ret, length))
                 if at_episode_ends and st.policy_acts:
-                    st.updates_due += learner.episode_end(length, ret)
+                    train_now |= episode_end(ret)
                 elif at_episode_ends and st.step > s.learning_starts:
                     st.policy_acts = True
-        if not learning:
-            return 0
-        if not at_episode_ends:
-            st.updates_due += num_envs * s.updates_per_step
-        if st.step % s.train_every >= num_envs:
+        if not learning or not train_now:
             return 0
         # The sum of a ratio such as 0.1 or 0.3 falls a float rounding short of a whole update
         # (ten 0.1s add up to 0.9999999999999999); the tolerance counts it, so no update comes late.
@@ -174,7 +191,6 @@ def train(
         pending -= k
         return buffer.sample_batches(s.batch_size, k), more or pending > 0
 
-    at_episode_ends = learner.trains_at_episode_ends
     pending, more = 0, True  # the driver's source: updates due whose batches are not drawn yet
     # fused: a phase's updates in one call, their batches drawn together unless the buffer's priorities
     # must come back between them (prioritized replay: one batch per call)

@@ -17,7 +17,7 @@ from typing import Callable
 from omegaconf import DictConfig, OmegaConf
 
 from envs.state import EnvStateError, env_state, set_env_state
-from training.builder import build_run, eval_seed, loop_settings, population_generation
+from training.builder import build_run, eval_seed, population_generation
 from training.checkpoints import CheckpointError, Checkpointer, list_checkpoints, resolve_checkpoint
 from training.config import ConfigError
 from training.faults import Diverged, check_finite
@@ -193,7 +193,7 @@ def _run_training(cfg: DictConfig, run_dir: str, resume: bool, console: Callable
     if parts.buffer is None:
         return run_evolution(cfg, run_dir, parts, checkpointer, speed, resume, console)
     console("update: " + ", ".join(f"{k} {v}" for k, v in speed.items()) + " (0: TF's default)")
-    settings = loop_settings(cfg, parts.speed)
+    settings = parts.settings
 
     csv_logger = CSVLogger(run_dir)
     state: LoopState | None = None
