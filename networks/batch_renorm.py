@@ -95,3 +95,8 @@ class BatchRenorm(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "momentum": self.momentum, "epsilon": self.epsilon, "warmup": self.warmup}
+
+
+def has_batch_renorm(model: keras.Model) -> bool:
+    """Whether a network normalizes with Batch Renormalization (CrossQ requires it)."""
+    return any(isinstance(layer, BatchRenorm) for layer in model.layers)
