@@ -45,6 +45,11 @@ class PolicyCheckpoints:
     after: int = 750_000
     reset_weight: float = 0.9
 
+    def __post_init__(self):  # the settings are TD7's agent.checkpoint_* keys
+        checks.integer(self.episodes, "checkpoint_episodes", "an integer >= 1 (20 in TD7)")
+        checks.integer(self.after, "checkpoint_after", "an integer >= 1 (750000 in TD7)")
+        checks.number(self.reset_weight, "checkpoint_reset_weight", "in (0, 1] (0.9 in TD7)", lambda x: 0 < x <= 1)
+
 
 @dataclass(frozen=True)
 class LapReplay:
@@ -153,6 +158,10 @@ class ActionBox:
     def from_unit(self, x: np.ndarray) -> np.ndarray:
         """Numpy values in [-1, 1] onto [low, high]."""
         return x * self.half_np + self.mid_np
+
+    def to_unit(self, action: tf.Tensor) -> tf.Tensor:
+        """Actions in [low, high] onto [-1, 1], as tensors."""
+        return (action - (self.high + self.low) / 2.0) / self.half_range
 
 
 CHECKPOINTED = (tf.Variable, keras.Model, keras.optimizers.Optimizer, tf.random.Generator,

@@ -4,25 +4,20 @@ Representation Learning for Deep Reinforcement Learning"), following the author'
 
 TD3 with five additions, each a switch of its own so that its effect can be measured:
 - SALE (`sale`): a state encoder zs = f(s) and a state-action encoder zsa = g(zs, a), trained so
-  that g(f(s), a) predicts f(s') (cut from the gradient); the actor pi(s, zs) and the twin critic
-  Q(s, a, zsa, zs) take the embeddings beside s and a (networks/sale.py).
-- Fixed encoders (`fixed_encoders`): the critic and actor see the embeddings of the encoder as it
-  was at the last target update, the value target those of the one before; without, the current
-  encoder's everywhere.
-- Value clipping (`value_clipping`): the target's next value is clipped to the range of the
-  targets computed up to the last target update.
-- LAP (`lap`): replay sampled by loss-adjusted priority (buffer=lap) and the critics trained on
-  LAP's Huber loss; without, TD3's squared error on uniform replay (buffer=uniform: the paper's
-  "TD7 without LAP"), or weighted by the importance weights of buffer=prioritized (PER).
-- Policy checkpoints (`checkpoints`): the agent declares them (`Needs.policy_checkpoints`) and
-  keeps the checkpoint policy that evaluation and export act with; the runner trains at episode
-  ends and runs the schedule (training/assessment.py).
+  that g(f(s), a) predicts f(s'); the actor pi(s, zs) and the twin critic Q(s, a, zsa, zs) take
+  the embeddings beside s and a (networks/sale.py).
+- Fixed encoders (`fixed_encoders`): actor and critic see the embeddings of the encoder as it was at
+  the last target update, the value target those of the one before; without, the current one's.
+- Value clipping (`value_clipping`): the target's next value clipped to the range of the targets
+  computed up to the last target update.
+- LAP (`lap`): LAP's Huber loss on replay sampled by loss-adjusted priority (buffer=lap); without,
+  TD3's squared error, on uniform replay (the paper's "TD7 without LAP") or weighted (PER).
+- Policy checkpoints (`checkpoints`): declared (`Needs.policy_checkpoints`); the runner trains at
+  episode ends and keeps the policy evaluation and export act with (training/assessment.py).
 The target networks (actor, critic, encoders) are copies made every `target_update_every` updates,
 not averages. The update works in actions scaled to [-1, 1], as the author's buffer stores them.
 """
 from __future__ import annotations
-
-from typing import NamedTuple
 
 import keras
 import numpy as np
@@ -34,52 +29,20 @@ from agents.base import ActionBox, LapReplay, Needs, PolicyCheckpoints, adam, co
 from agents.deterministic import box_action
 from buffers.types import Batch
 from networks import sale as sale_networks
-from networks.sale import SALE
-
-
-class Encoder(NamedTuple):
-    """SALE's two encoders: zs = f(s) and zsa = g([zs, a])."""
-
-    zs: keras.Model
-    zsa: keras.Model
-
-    def embed(self, zs: tf.Tensor, action: tf.Tensor) -> tf.Tensor:
-        return self.zsa(tf.concat([zs, action], axis=-1))
-
-    @property
-    def weights(self) -> list:
-        return self.zs.weights + self.zsa.weights
+from networks.sale import SALE, Encoder
 
 
 class TD7:
     ACTION_KIND = "continuous"
     needs = Needs()  # its instances declare what their switches need
 
-    def __init__(
-        self,
-        obs_dim: int,
-        action_low: np.ndarray,
-        action_high: np.ndarray,
-        network: SALE,
-        rng: np.random.Generator,
-        actor_lr: float = 3e-4,
-        critic_lr: float = 3e-4,
-        encoder_lr: float = 3e-4,
-        policy_delay: int = 2,
-        target_update_every: int = 250,
-        target_noise: float = 0.2,
-        noise_clip: float = 0.5,
-        exploration_noise: float = 0.1,
-        sale: bool = True,
-        fixed_encoders: bool = True,
-        value_clipping: bool = True,
-        lap: bool = True,
-        min_priority: float = 1.0,
-        checkpoints: bool = True,
-        checkpoint_episodes: int = 20,
-        checkpoint_after: int = 750_000,
-        checkpoint_reset_weight: float = 0.9,
-    ):
+    def __init__(self, obs_dim: int, action_low: np.ndarray, action_high: np.ndarray, network: SALE,
+                 rng: np.random.Generator, actor_lr: float = 3e-4, critic_lr: float = 3e-4, encoder_lr: float = 3e-4,
+                 policy_delay: int = 2, target_update_every: int = 250, target_noise: float = 0.2,
+                 noise_clip: float = 0.5, exploration_noise: float = 0.1, sale: bool = True,
+                 fixed_encoders: bool = True, value_clipping: bool = True, lap: bool = True, min_priority: float = 1.0,
+                 checkpoints: bool = True, checkpoint_episodes: int = 20, checkpoint_after: int = 750_000,
+                 checkpoint_reset_weight: float = 0.9):
         if not isinstance(network, SALE):
             raise ValueError("agent=td7 builds SALE's encoders, actor and critic from network=sale (its default); "
                              "leave the network group out of the command, or set network=sale.")
@@ -90,11 +53,7 @@ class TD7:
         self.value_clipping, self.lap = checks.flag(value_clipping, "value_clipping"), checks.flag(lap, "lap")
         self.checkpoints = checks.flag(checkpoints, "checkpoints")
         self.min_priority = checks.number(min_priority, "min_priority", "a positive number (1 in TD7)", lambda x: x > 0)
-        schedule = PolicyCheckpoints(
-            checks.integer(checkpoint_episodes, "checkpoint_episodes", "an integer >= 1 (20 in TD7)"),
-            checks.integer(checkpoint_after, "checkpoint_after", "an integer >= 1 (750000 in TD7)"),
-            checks.number(checkpoint_reset_weight, "checkpoint_reset_weight", "in (0, 1] (0.9 in TD7)",
-                          lambda x: 0 < x <= 1))
+        schedule = PolicyCheckpoints(checkpoint_episodes, checkpoint_after, checkpoint_reset_weight)
         self.target_noise, self.noise_clip = float(target_noise), float(noise_clip)
         self.exploration_noise = float(exploration_noise)
 
@@ -106,13 +65,10 @@ class TD7:
         self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
 
         o, a, emb = self.obs_dim, self.action_dim, self.sale
-        self.encoder = self.fixed_encoder = self.fixed_target_encoder = None
-        if emb:
-            self.encoder = self._encoder(network, "encoder")
-            self.fixed_encoder, self.fixed_target_encoder = self.encoder, self.encoder
-            if self.fixed_encoders:
-                self.fixed_encoder = self._encoder(network, "fixed_encoder", like=self.encoder)
-                self.fixed_target_encoder = self._encoder(network, "fixed_target_encoder", like=self.encoder)
+        self.encoder = self.fixed_encoder = self.fixed_target_encoder = network.encoder(o, a, "encoder") if emb else None
+        if emb and self.fixed_encoders:
+            self.fixed_encoder = network.encoder(o, a, "fixed_encoder", like=self.encoder)
+            self.fixed_target_encoder = network.encoder(o, a, "fixed_target_encoder", like=self.encoder)
         self.actor = network.actor(o, a, "actor", embeddings=emb)
         self.actor_target = copy_of(self.actor, network.actor(o, a, "actor_target", embeddings=emb))
         self.critic = network.critic(o, a, "critic", embeddings=emb)
@@ -120,7 +76,7 @@ class TD7:
         self.encoder_optimizer = adam(encoder_lr) if emb else None
         self.actor_optimizer, self.critic_optimizer = adam(actor_lr), adam(critic_lr)
         if emb:
-            self.encoder_optimizer.build(self._encoder_vars())
+            self.encoder_optimizer.build(self.encoder.trainable_variables)
         self.actor_optimizer.build(self.actor.trainable_variables)
         self.critic_optimizer.build(self.critic.trainable_variables)
 
@@ -145,17 +101,6 @@ class TD7:
         self.target_min = tf.Variable(0.0, trainable=False, name="target_min")
         self._actor_loss = tf.Variable(0.0, trainable=False, name="actor_loss")  # reported between delayed updates
 
-    def _encoder(self, network: SALE, name: str, like: Encoder | None = None) -> Encoder:
-        enc = Encoder(network.state_encoder(self.obs_dim, f"{name}_zs"),
-                      network.state_action_encoder(self.action_dim, f"{name}_zsa"))
-        if like is not None:
-            copy_of(like.zs, enc.zs), copy_of(like.zsa, enc.zsa)
-        return enc
-
-    def _encoder_vars(self) -> list:
-        return self.encoder.zs.trainable_variables + self.encoder.zsa.trainable_variables
-
-    # --- the networks with or without embeddings ------------------------------------------------
     def pi(self, actor: keras.Model, obs: tf.Tensor, zs: tf.Tensor | None) -> tf.Tensor:
         return actor([obs, zs]) if self.sale else actor(obs)
 
@@ -166,15 +111,11 @@ class TD7:
             return critic([obs, action])
         return critic([obs, action, encoder.embed(zs, action), zs])
 
-    def unit_action(self, action: tf.Tensor) -> tf.Tensor:
-        """Env actions onto [-1, 1]."""
-        return (action - (self.box.high + self.box.low) / 2.0) / self.box.half_range
-
     # --- the update ---------------------------------------------------------------------------
     def update(self, batch: Batch) -> dict[str, tf.Tensor]:
         batch = Batch(*(tf.convert_to_tensor(x) for x in batch))  # Keras takes several inputs as tensors only
         self.updates.assign_add(1)
-        action = self.unit_action(batch.action)
+        action = self.box.to_unit(batch.action)
         encoder_loss = self.encoder_update(batch.obs, action, batch.next_obs) if self.sale else tf.constant(0.0)
         target = self.target(batch)
         fixed_zs = tf.stop_gradient(self.fixed_encoder.zs(batch.obs)) if self.sale else None
@@ -200,7 +141,7 @@ class TD7:
     def encoder_update(self, obs: tf.Tensor, action: tf.Tensor, next_obs: tf.Tensor) -> tf.Tensor:
         """SALE's loss: g(f(s), a) regressed onto f(s') of the same encoder, cut from the gradient."""
         next_zs = tf.stop_gradient(self.encoder.zs(next_obs))
-        variables = self._encoder_vars()
+        variables = self.encoder.trainable_variables
         with tf.GradientTape() as tape:
             loss = losses.mse(self.encoder.embed(self.encoder.zs(obs), action), next_zs)
         self.encoder_optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
@@ -249,9 +190,8 @@ class TD7:
     # --- acting -----------------------------------------------------------------------------------
     def act(self, obs: np.ndarray, explore: bool) -> np.ndarray:
         """With `explore`, the current actor plus Gaussian noise; else the checkpoint (evaluation)."""
-        if explore:
-            return box_action(self.box, self.acting(obs), self._rng, self.exploration_noise)
-        return box_action(self.box, self.eval_acting(obs), self._rng, None)
+        forward, noise = (self.acting, self.exploration_noise) if explore else (self.eval_acting, None)
+        return box_action(self.box, forward(obs), self._rng, noise)
 
     def policy(self, obs: tf.Tensor) -> tf.Tensor:
         return losses.scale_action(self.eval_acting.network(obs, training=False), self.box.low, self.box.high)

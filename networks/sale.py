@@ -9,7 +9,10 @@ inputs (TD7 without SALE).
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import keras
+import tensorflow as tf
 
 from networks.mlp import dense
 
@@ -38,6 +41,24 @@ def _check_width(value, key: str) -> int:
     return value
 
 
+class Encoder(NamedTuple):
+    """SALE's two encoders: zs = f(s) and zsa = g([zs, a])."""
+
+    zs: keras.Model
+    zsa: keras.Model
+
+    def embed(self, zs: tf.Tensor, action: tf.Tensor) -> tf.Tensor:
+        return self.zsa(tf.concat([zs, action], axis=-1))
+
+    @property
+    def weights(self) -> list:
+        return self.zs.weights + self.zsa.weights
+
+    @property
+    def trainable_variables(self) -> list:
+        return self.zs.trainable_variables + self.zsa.trainable_variables
+
+
 class SALE:
     """The builders of TD7's networks, with the author's sizes and activations as defaults. A
     network group (`network=sale`): the agent asks it for each network by role."""
@@ -61,6 +82,13 @@ class SALE:
             f"network=sale builds TD7's encoders, actor and critic (agent=td7), not a network by input and output "
             f"size as this agent asks for its {name!r}; use network=mlp (or simba) with it."
         )
+
+    def encoder(self, obs_dim: int, action_dim: int, name: str, like: Encoder | None = None) -> Encoder:
+        """Both encoders (`<name>_zs`, `<name>_zsa`); with `like`, holding its weights."""
+        enc = Encoder(self.state_encoder(obs_dim, f"{name}_zs"), self.state_action_encoder(action_dim, f"{name}_zsa"))
+        for mine, theirs in zip(enc, like or ()):
+            mine.set_weights(theirs.get_weights())
+        return enc
 
     def state_encoder(self, obs_dim: int, name: str) -> keras.Model:
         """f(s) -> zs: two hidden layers, then AvgL1Norm on the output."""
