@@ -29,7 +29,7 @@ from training.config import ConfigError
 def main(cfg: DictConfig) -> None:
     from envs.video import VideoError
     from training.checkpoints import CheckpointError
-    from training.evaluation import evaluate_run
+    from training.evaluate_run import evaluate_run
 
     try:
         if OmegaConf.is_missing(cfg, "run_dir"):

@@ -68,7 +68,7 @@ def _remove_if_empty(path: str) -> None:
 
 
 def _train(cfg: DictConfig, run_dir: str) -> float:
-    from training.checkpoints import CheckpointError, CheckpointWriteError, list_checkpoints
+    from training.checkpoints import CheckpointError, CheckpointWriteError, last_checkpoint, list_checkpoints
 
     try:
         if cfg.resume == "auto" or (cfg.resume is None and _submitit_job()):
@@ -103,7 +103,7 @@ def _train(cfg: DictConfig, run_dir: str) -> float:
     except OSError as err:
         if err.errno not in WRITE_FAULTS:
             raise
-        print(f"error: {write_failure(err, run_dir)}", file=sys.stderr)
+        print(f"error: {write_failure(err, run_dir, last_checkpoint(run_dir))}", file=sys.stderr)
         sys.exit(4)
     if summary["stopped"]:
         name = signal.Signals(summary["signal"]).name

@@ -290,7 +290,7 @@ def test_exported_savedmodel_acts_like_the_agent(reference):
 
     from training.builder import build_learner
     from training.checkpoints import Checkpointer, resolve_checkpoint
-    from training.runner import describe
+    from training.builder import describe
     import gymnasium as gym
 
     cfg = OmegaConf.load(reference / ".hydra" / "config.yaml")

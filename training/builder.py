@@ -155,6 +155,15 @@ def _instantiate(node: DictConfig, what: str, **kwargs):
         raise ConfigError(f"cannot build {what}: {err.__cause__}") from err
 
 
+def describe(cfg: DictConfig) -> dict:
+    """What a checkpoint must match to be restored into a run built from `cfg`."""
+    return {
+        "agent": cfg.agent._target_,
+        "network": OmegaConf.to_container(cfg.network, resolve=True),
+        "env_id": cfg.env.id,
+    }
+
+
 def eval_env_args(cfg: DictConfig) -> dict:
     """Time limit and kwargs of evaluation episodes: `env.eval_max_episode_steps` when set."""
     limit = cfg.env.get("eval_max_episode_steps") or cfg.env.max_episode_steps

@@ -149,7 +149,8 @@ class Checkpointer:
                 raise
             run_dir = os.path.dirname(self.root)
             name = os.path.relpath(final, run_dir)
-            raise CheckpointWriteError(write_failure(fault, run_dir, f"the checkpoint {name}", removed=f"{name}.tmp")) from err
+            raise CheckpointWriteError(write_failure(fault, run_dir, last_checkpoint(run_dir), f"the checkpoint {name}",
+                                                     removed=f"{name}.tmp")) from err
 
     def _write(self, final: str, tmp: str, step: int, state: dict[str, Any], buffer_state: dict[str, np.ndarray] | None,
                best: bool) -> str:
@@ -324,3 +325,14 @@ def verify(path: str) -> dict:
                 f"(truncated or overwritten?). Move it aside (mv {path} {path}.bad) to resume from an earlier one."
             )
     return meta
+
+
+def last_checkpoint(run_dir: str) -> str:
+    """A sentence on the run's last whole periodic checkpoint (what resume continues from) and how
+    to resume from it, or that there is none."""
+    found = list_checkpoints(run_dir)
+    if not found:
+        return "The run has no whole checkpoint yet, so there is nothing to resume: start it again in a new directory."
+    step = max(found)
+    return (f"Its last whole checkpoint is {os.path.relpath(found[step], run_dir)} (step {step}); "
+            f"continue from it with: python train.py resume={run_dir}")

@@ -1,11 +1,8 @@
-"""Evaluation: deterministic episodes of a policy (`evaluate`, the one evaluation of train.py,
-evaluate.py and benchmarks/sb3_learning.py), and a saved run evaluated, recorded and exported
-(`evaluate_run`, evaluate.py's). The module imports no TensorFlow, so that SB3's venv, which has
-none, evaluates its runs with the same code; `evaluate_run` loads it when called."""
+"""Evaluation: deterministic episodes of a policy (`evaluate`), the one evaluation of the loops,
+evaluate.py (training/evaluate_run.py) and benchmarks/sb3_learning.py. The module imports no
+TensorFlow, so that SB3's venv, which has none, evaluates its runs with the same code."""
 from __future__ import annotations
 
-import json
-import os
 from typing import Protocol
 
 import gymnasium as gym
@@ -47,50 +44,4 @@ def evaluate(agent: Acts, env: gym.Env, episodes: int, seed: int) -> dict[str, f
     }
     if successes:
         result["success_rate"] = float(np.mean(successes))
-    return result
-
-
-def evaluate_run(run_dir: str, checkpoint: str = "latest", episodes: int = 10, seed: int = 12345,
-                 video: bool = False, video_episodes: int = 1, export: bool = False) -> dict:
-    from omegaconf import OmegaConf
-
-    from agents.export import export_policy
-    from envs.factory import check_action_space, make_env
-    from envs.video import record_videos
-    from training.builder import agent_class, build_learner, eval_env_args
-    from training.checkpoints import Checkpointer, resolve_checkpoint, verify
-    from training.resume import load_run_config
-    from training.runner import describe
-    from training.seeding import seed_everything
-    from training.speed import configure_devices
-
-    cfg = load_run_config(run_dir)
-    OmegaConf.resolve(cfg)
-    path = resolve_checkpoint(run_dir, checkpoint)
-    meta = verify(path)
-    configure_devices()
-    rng = seed_everything(seed)
-    env_args = eval_env_args(cfg)
-    env = make_env(cfg.env.id, seed=seed, **env_args)
-    cls = agent_class(cfg)
-    check_action_space(env.action_space, cls.ACTION_KIND, cfg.env.id, cls.__name__)
-    learner = build_learner(cfg, env.observation_space, env.action_space, rng)
-    Checkpointer(run_dir, learner.trackables(), describe=describe(cfg)).restore(path, agent_only=True)
-    learner.refresh()
-
-    name = str(checkpoint)
-    out_dir = os.path.join(run_dir, "eval")
-    os.makedirs(out_dir, exist_ok=True)
-    result = {"checkpoint": name, "checkpoint_step": meta["step"], "episodes": episodes, "seed": seed,
-              "env_id": cfg.env.id, **evaluate(learner, env, episodes, seed)}
-    if video:
-        recorded = record_videos(lambda obs: learner.act(obs[None], explore=False)[0], cfg.env.id, seed,
-                                 video_episodes, os.path.join(out_dir, f"{name}-episode"), **env_args)
-        result["videos"] = recorded["paths"]
-    if export:
-        result["export"] = export_policy(learner.agent, os.path.join(run_dir, "export", name), learner.obs_norm)
-    env.close()
-    with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
-        json.dump(result, f, indent=2)
-    result["json"] = os.path.join(out_dir, f"{name}.json")
     return result

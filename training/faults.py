@@ -38,28 +38,17 @@ def check_finite(values: Mapping[str, Any] | None, step: int, what: str = "updat
         raise Diverged(step, bad, what)
 
 
-def last_checkpoint(run_dir: str) -> str:
-    """A sentence on the run's last whole periodic checkpoint (what resume continues from) and how
-    to resume from it, or that there is none."""
-    from training.checkpoints import list_checkpoints
-
-    found = list_checkpoints(run_dir)
-    if not found:
-        return "The run has no whole checkpoint yet, so there is nothing to resume: start it again in a new directory."
-    step = max(found)
-    return (f"Its last whole checkpoint is {os.path.relpath(found[step], run_dir)} (step {step}); "
-            f"continue from it with: python train.py resume={run_dir}")
-
-
-def write_failure(err: OSError, run_dir: str, what: str = "to the run directory", removed: str | None = None) -> str:
-    """The message for a write in `run_dir` that failed with `err` (one of WRITE_FAULTS); `removed`:
-    the partial file or directory the failed write left, which was removed."""
+def write_failure(err: OSError, run_dir: str, last: str, what: str = "to the run directory",
+                  removed: str | None = None) -> str:
+    """The message for a write in `run_dir` that failed with `err` (one of WRITE_FAULTS); `last`:
+    the sentence on its last checkpoint (training.checkpoints.last_checkpoint); `removed`: the
+    partial file or directory the failed write left, which was removed."""
     where = f": {err.filename}" if err.filename else ""
     reason = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up"}.get(err.errno)
     fix = (f"Free space on the disk of {run_dir} (df -h {run_dir}), or move the run to a larger disk"
            if reason else f"Repair or remount the filesystem of {run_dir}, or move the run to another disk")
     return (f"could not write {what}: {reason or 'the write failed'} ({err.strerror or err}{where}). The run "
-            f"stopped{f', and the partial {removed} was removed' if removed else ''}. {fix}. {last_checkpoint(run_dir)}")
+            f"stopped{f', and the partial {removed} was removed' if removed else ''}. {fix}. {last}")
 
 
 def write_problem(path: str) -> str | None:

@@ -17,7 +17,7 @@ from typing import Callable
 from omegaconf import DictConfig, OmegaConf
 
 from envs.state import EnvStateError, env_state, set_env_state
-from training.builder import build_run, eval_seed, population_generation
+from training.builder import build_run, describe, eval_seed, population_generation
 from training.checkpoints import CheckpointError, Checkpointer, list_checkpoints, resolve_checkpoint
 from training.config import ConfigError
 from training.faults import Diverged, check_finite
@@ -63,15 +63,6 @@ class StopSignal:
         previous = self._previous.get(self.signum)
         if self.signum is not None and callable(previous) and previous is not signal.default_int_handler:
             previous(self.signum, None)
-
-
-def describe(cfg: DictConfig) -> dict:
-    """What a checkpoint must match to be restored into a run built from `cfg`."""
-    return {
-        "agent": cfg.agent._target_,
-        "network": OmegaConf.to_container(cfg.network, resolve=True),
-        "env_id": cfg.env.id,
-    }
 
 
 def run_identity(cfg: DictConfig, run_dir: str) -> dict:
