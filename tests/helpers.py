@@ -52,16 +52,18 @@ def run_loop(cfg, records: Records | None = None, before_train=None):
     from omegaconf import OmegaConf
 
     from training.builder import build_run
+    from training.families import family_of
     from training.loggers import MultiLogger
-    from training.loop import train
+    from training.loop import LoopHooks
 
     OmegaConf.resolve(cfg)
     run = build_run(cfg)
     if before_train is not None:
         before_train(run)
     try:
-        summary = train(run.learner, run.buffer, run.envs, run.eval_env, run.settings,
-                        MultiLogger([records] if records is not None else []), driver=run.driver)
+        family = family_of(cfg, run)
+        summary = family.train(MultiLogger([records] if records is not None else []), family.initial_state(),
+                               LoopHooks())
     finally:
         run.close()
     return summary, run
@@ -70,11 +72,6 @@ def run_loop(cfg, records: Records | None = None, before_train=None):
 def run_population(cfg):
     """Train the composed population `cfg` (agent=ga) in this process; (summary, run, train records
     as (step, metrics)), its envs closed."""
-    from omegaconf import OmegaConf
-
-    from training.builder import build_run, eval_seed, population_generation
-    from training.evolution import EvolutionSettings, train_population
-
     class Records:
         def __init__(self):
             self.rows = []
@@ -86,15 +83,6 @@ def run_population(cfg):
         def close(self):
             pass
 
-    OmegaConf.resolve(cfg)
-    run = build_run(cfg)
     records = Records()
-    settings = EvolutionSettings(total_steps=int(cfg.total_steps), episodes=int(cfg.agent.episodes),
-                                 eval_every=int(cfg.eval_every), eval_episodes=int(cfg.eval_episodes),
-                                 seed=int(cfg.seed), eval_seed=eval_seed(cfg), progress=False)
-    try:
-        generation, _ = population_generation(cfg, run.learner, run.envs, run.speed)
-        summary = train_population(run.learner, generation, run.eval_env, settings, records, run.rng)
-    finally:
-        run.close()
+    summary, run = run_loop(cfg, records)
     return summary, run, records.rows

@@ -120,9 +120,9 @@ def run_case(name: str) -> dict:
     import keras
     from omegaconf import OmegaConf
 
-    from training.builder import build_run, eval_seed, population_generation
-    from training.evolution import EvolutionSettings, train_population
-    from training.loop import train
+    from training.builder import build_run
+    from training.families import family_of
+    from training.loop import LoopHooks
 
     keras.utils.clear_session()  # every case starts from the same Keras state, whichever ran before
     cfg = compose(COMMON + CASES[name])
@@ -130,15 +130,8 @@ def run_case(name: str) -> dict:
     run = build_run(cfg)
     records = Records()
     try:
-        if run.buffer is None:  # a population
-            settings = EvolutionSettings(total_steps=int(cfg.total_steps), episodes=int(cfg.agent.episodes),
-                                         eval_every=int(cfg.eval_every), eval_episodes=int(cfg.eval_episodes),
-                                         seed=int(cfg.seed), eval_seed=eval_seed(cfg), progress=False)
-            generation, _ = population_generation(cfg, run.learner, run.envs, run.speed)
-            summary = train_population(run.learner, generation, run.eval_env, settings, records, run.rng)
-        else:
-            summary = train(run.learner, run.buffer, run.envs, run.eval_env, run.settings, records,
-                            driver=run.driver)
+        family = family_of(cfg, run)
+        summary = family.train(records, family.initial_state(), LoopHooks())
     finally:
         run.close()
     metrics = {kind: records.last[kind] for kind in ("update", "train", "eval") if kind in records.last

@@ -22,6 +22,7 @@ from envs.factory import check_action_space, make_env, make_vector_env
 from networks.normalization import RunningNormalizer
 from training.config import ConfigError, unshardable, validate
 from training.driven import GraphDriver
+from training.evolution import EvolutionSettings, GenerationResult, generation_in_graph, run_generation
 from training.loop import LoopSettings
 from training.seeding import seed_everything
 from training.speed import Speed, apply_threads, configure_devices, decide
@@ -37,7 +38,7 @@ class Run:
     envs: gym.vector.VectorEnv
     eval_env: gym.Env
     rng: np.random.Generator
-    settings: LoopSettings | None = None  # the off-policy loop's (None for a population)
+    settings: LoopSettings | EvolutionSettings | None = None  # the family's loop's
     driver: GraphDriver | None = None  # env steps driven from inside the graph (speed.steps_per_call > 0)
 
     def close(self) -> None:
@@ -190,7 +191,8 @@ def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
         learner = build_learner(cfg, eval_env.observation_space, eval_env.action_space, rng, speed)
         envs = make_vector_env(cfg.env.id, learner.agent.population, seed=int(cfg.seed),
                                vectorization=speed.vectorization, **env_args)
-        return Run(learner=learner, speed=speed, buffer=None, envs=envs, eval_env=eval_env, rng=rng)
+        return Run(learner=learner, speed=speed, buffer=None, envs=envs, eval_env=eval_env, rng=rng,
+                   settings=population_settings(cfg, learner.agent.episodes))
     envs = make_vector_env(
         cfg.env.id, int(cfg.num_envs), seed=int(cfg.seed), vectorization=speed.vectorization, **env_args
     )
@@ -264,7 +266,6 @@ def population_generation(cfg: DictConfig, learner: CompiledPopulation, envs: gy
     whole generation as one XLA-compiled call (the same fitness, tested). Returns
     (generation(seed) -> GenerationResult, a description for the console)."""
     from envs.cartpole_tf import graph_env
-    from training.evolution import GenerationResult, generation_in_graph, run_generation
 
     choice = cfg.speed.get("env_in_graph", "auto")  # absent in runs saved before it existed
     agent = learner.agent
@@ -306,6 +307,13 @@ def build_buffer(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space,
         discrete_actions=discrete,
         rng=rng,
     )
+
+
+def population_settings(cfg: DictConfig, episodes: int) -> EvolutionSettings:
+    return EvolutionSettings(
+        total_steps=int(cfg.total_steps), episodes=episodes, eval_every=int(cfg.eval_every),
+        eval_episodes=int(cfg.eval_episodes), seed=int(cfg.seed), eval_seed=eval_seed(cfg),
+        checkpoint_every=int(cfg.checkpoint.every), progress=bool(cfg.logger.progress))
 
 
 def loop_settings(cfg: DictConfig, speed: Speed, needs: Needs) -> LoopSettings:

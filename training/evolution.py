@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 from training.evaluation import evaluate
 from training.faults import check_finite
 from training.loggers import Logger
+from training.loop import LoopHooks
 
 
 class Population(Protocol):
@@ -131,24 +132,18 @@ def generation_in_graph(population_act: Callable, step: Callable, state_dim: int
     return compiled
 
 
-@dataclass
-class EvolutionHooks:
-    checkpoint: Callable[[EvolutionState, str], None] = lambda state, kind: None
-    stop_requested: Callable[[], bool] = lambda: False
-
-
 def initial_evolution_state(settings: EvolutionSettings) -> EvolutionState:
     return EvolutionState(next_checkpoint=settings.checkpoint_every or -1)
 
 
 def train_population(population: Population, generation: Callable[[int], GenerationResult], eval_env: gym.Env,
                      settings: EvolutionSettings, logger: Logger, rng: np.random.Generator,
-                     state: EvolutionState | None = None, hooks: EvolutionHooks | None = None) -> dict:
+                     state: EvolutionState | None = None, hooks: LoopHooks | None = None) -> dict:
     """Generations from `state` until `settings.total_steps` env steps; a summary with the keys of
     the off-policy loop's (`final_return`, `best_return`, ...) and `generations`. `generation(seed)`
     scores the population from start states drawn with `seed`: `run_generation` on a vector env, or
     a `generation_in_graph` call."""
-    s, hooks = settings, hooks or EvolutionHooks()
+    s, hooks = settings, hooks or LoopHooks()
     st = state if state is not None else initial_evolution_state(s)
     bar = tqdm(total=s.total_steps, initial=min(st.step, s.total_steps), disable=None if s.progress else True,
                unit="step", dynamic_ncols=True, smoothing=0.05)

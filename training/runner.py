@@ -16,13 +16,13 @@ from typing import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from envs.state import EnvStateError, env_state, set_env_state
-from training.builder import build_run, describe, eval_seed, population_generation
+from training.builder import build_run, describe
 from training.checkpoints import CheckpointError, Checkpointer, list_checkpoints, resolve_checkpoint
 from training.config import ConfigError
 from training.faults import Diverged, check_finite
 from training.loggers import ConsoleLogger, CSVLogger, MultiLogger, TensorBoardLogger, WandbLogger
-from training.loop import LoopHooks, LoopState, initial_state, train
+from training.families import family_of
+from training.loop import LoopHooks
 from training.resume import env_label, hydra_record
 from training.runlock import RunDirLock
 from training.speed import Speed
@@ -178,72 +178,49 @@ def _run_training(cfg: DictConfig, run_dir: str, resume: bool, console: Callable
         )
     parts = build_run(cfg)
     console(run_line(cfg, run_dir, resume))
-    learner = parts.learner
+    learner, family = parts.learner, family_of(cfg, parts)
     speed = speed_settings(parts.speed)
     checkpointer = Checkpointer(run_dir, learner.trackables(), keep=int(cfg.checkpoint.keep), describe=describe(cfg))
-    if parts.buffer is None:
-        return run_evolution(cfg, run_dir, parts, checkpointer, speed, resume, console)
-    console("update: " + ", ".join(f"{k} {v}" for k, v in speed.items()) + " (0: TF's default)")
-    settings = parts.settings
+    console(family.describe(speed))
 
     csv_logger = CSVLogger(run_dir)
-    state: LoopState | None = None
     if resume:
-        path, saved, buffer_state = restore_latest(run_dir, checkpointer, parts, settings.total_steps, with_buffer=True,
-                                                   state_type=LoopState, trust_pickle=trust_pickle(cfg))
+        path, saved, buffer_state = restore_latest(run_dir, checkpointer, parts, parts.settings.total_steps,
+                                                   with_buffer=True, state_type=family.state_type,
+                                                   trust_pickle=trust_pickle(cfg))
         state = saved["loop"]
-        if buffer_state is not None:
-            try:
-                parts.buffer.load_state_dict(buffer_state)
-            except (ValueError, KeyError) as err:
-                raise CheckpointError(f"checkpoint {path} holds a replay buffer that does not fit this run's: {err}") from err
-            del buffer_state  # maps of the checkpoint's file: release them once copied
-        else:
-            console(f"warning: {path} holds no replay buffer (checkpoint.buffer=false); resuming with an empty one.")
-        if saved["envs"] is not None and not isinstance(saved["envs"], dict):  # unpickled from a trusted old checkpoint
-            parts.envs.close()
-            parts.envs = saved["envs"]
-        elif saved["envs"] is not None:
-            try:
-                set_env_state(parts.envs, saved["envs"])
-            except EnvStateError as err:
-                raise CheckpointError(f"checkpoint {path} holds training envs that do not fit this run's: {err}") from err
-        else:
-            console("warning: the training envs could not be saved (async vectorization); they restart from a fresh reset.")
-            state.obs, _ = parts.envs.reset(seed=int(cfg.seed) + state.step)
-            parts.buffer.cut_episodes()  # the episodes under way end at the reset
+        family.restore(state, saved, buffer_state, path, console)
+        del buffer_state  # maps of the checkpoint's file: release them once copied
         set_aside_summary(run_dir)  # only once all of the checkpoint was taken: a refused one changes no file
-        csv_logger.truncate("train", max_step=state.step)
-        csv_logger.truncate("update", max_step=state.step)
+        for kind in family.stepped_records:
+            csv_logger.truncate(kind, max_step=state.step)
         csv_logger.truncate("eval", max_rows=len(state.evals))
-        console(f"resumed {run_dir} from {os.path.basename(path)} at step {state.step}")
-
+        console(f"resumed {run_dir} from {os.path.basename(path)} at {family.position(state)}")
+    else:
+        # A fresh start; in a directory that has records but no checkpoint (resume=auto after an
+        # attempt killed before its first one), those records are of steps this run logs again.
+        for kind in (*family.stepped_records, "eval"):
+            csv_logger.truncate(kind, max_rows=0)
+        state = family.initial_state()
     logger = make_logger(cfg, run_dir, console, speed, csv_logger, learner)
 
-    def checkpoint(st: LoopState, kind: str) -> None:
+    def checkpoint(st, kind: str) -> None:
         if kind == "best" and not cfg.checkpoint.best:
             return
         # never a checkpoint of diverged weights: the loop checks the metrics it logs, and this
         # costs one pass over the weights, small next to writing them
-        check_finite(agent_variables(learner), st.step, "agent's weights or optimizer state")
+        check_finite(agent_variables(learner), st.step, family.weights)
         saved = {
             "loop": dataclasses.asdict(st),
             "numpy_rng": parts.rng.bit_generator.state,
             "python_rng": random.getstate(),
-            "envs": env_state(parts.envs),
+            "envs": family.envs_state(),
         }
-        buffer_state = parts.buffer.state_dict() if cfg.checkpoint.buffer and kind != "best" else None
+        buffer_state = family.buffer_state() if cfg.checkpoint.buffer and kind != "best" else None
         checkpointer.save(st.step, saved, buffer_state, best=(kind == "best"))
 
-    if state is None:
-        # A fresh start; in a directory that has records but no checkpoint (resume=auto after an
-        # attempt killed before its first one), those records are of steps this run logs again.
-        for kind in ("train", "update", "eval"):
-            csv_logger.truncate(kind, max_rows=0)
-        state = initial_state(parts.envs, settings)
-    return drive(cfg, run_dir, parts, logger, speed, lambda stop_requested: train(
-        learner, parts.buffer, parts.envs, parts.eval_env, settings, logger, state,
-        LoopHooks(checkpoint=checkpoint, stop_requested=stop_requested), parts.driver))
+    return drive(cfg, run_dir, parts, logger, speed, lambda stop_requested: family.train(
+        logger, state, LoopHooks(checkpoint=checkpoint, stop_requested=stop_requested)))
 
 
 def drive(cfg: DictConfig, run_dir: str, parts, logger: MultiLogger, speed: dict, loop: Callable[[Callable], dict]) -> dict:
@@ -331,43 +308,3 @@ def _wandb_logger(cfg: DictConfig, run_dir: str, console, speed: dict) -> WandbL
         mode=w.mode, tags=list(w.tags or []), run_id=run_id, init_timeout=float(w.init_timeout),
         config=wandb_config(cfg, speed), warn=console,
     )
-
-
-def run_evolution(cfg: DictConfig, run_dir: str, parts, checkpointer: Checkpointer, speed: dict, resume: bool,
-                  console: Callable[[str], None]) -> dict:
-    """`run_training` for a population (training/evolution.py): the same checkpoints (no replay
-    buffer; the envs are reseeded every generation, so none are saved), loggers and summary."""
-    from training.evolution import EvolutionHooks, EvolutionSettings, EvolutionState, train_population
-
-    learner = parts.learner
-    generation, how = population_generation(cfg, learner, parts.envs, parts.speed)
-    console(f"generations: {how}")
-    settings = EvolutionSettings(
-        total_steps=int(cfg.total_steps), episodes=learner.agent.episodes, eval_every=int(cfg.eval_every),
-        eval_episodes=int(cfg.eval_episodes), seed=int(cfg.seed), eval_seed=eval_seed(cfg),
-        checkpoint_every=int(cfg.checkpoint.every), progress=bool(cfg.logger.progress))
-    csv_logger = CSVLogger(run_dir)
-    state = None
-    if resume:
-        path, saved, _ = restore_latest(run_dir, checkpointer, parts, settings.total_steps, with_buffer=False,
-                                        state_type=EvolutionState, trust_pickle=trust_pickle(cfg))
-        state = saved["loop"]
-        set_aside_summary(run_dir)
-        csv_logger.truncate("train", max_step=state.step)
-        csv_logger.truncate("eval", max_rows=len(state.evals))
-        console(f"resumed {run_dir} from {os.path.basename(path)} at generation {state.generation} (step {state.step})")
-    else:
-        for kind in ("train", "eval"):
-            csv_logger.truncate(kind, max_rows=0)
-    logger = make_logger(cfg, run_dir, console, speed, csv_logger, learner)
-
-    def checkpoint(st, kind: str) -> None:
-        if kind == "best" and not cfg.checkpoint.best:
-            return
-        check_finite(agent_variables(learner), st.step, "population's weights")
-        saved = {"loop": dataclasses.asdict(st), "numpy_rng": parts.rng.bit_generator.state, "python_rng": random.getstate(), "envs": None}
-        checkpointer.save(st.step, saved, None, best=(kind == "best"))
-
-    return drive(cfg, run_dir, parts, logger, speed, lambda stop_requested: train_population(
-        learner, generation, parts.eval_env, settings, logger, parts.rng, state,
-        EvolutionHooks(checkpoint=checkpoint, stop_requested=stop_requested)))

@@ -1,0 +1,106 @@
+"""The families of agents the one runner trains (training/runner.py), and what differs between them:
+the loop, the state it carries, what a checkpoint holds beside the weights and generators, and
+what resuming puts back. An off-policy learner (training/loop.py) keeps a replay buffer and its
+envs mid-episode; a population (training/evolution.py, `Needs.population`) keeps neither, its envs
+reseeded every generation. Building, restoring, logging, checkpointing and stopping are the
+runner's, alike for both."""
+from __future__ import annotations
+
+from typing import Callable
+
+from omegaconf import DictConfig
+
+from envs.state import EnvStateError, env_state, set_env_state
+from training.builder import Run, population_generation
+from training.checkpoints import CheckpointError
+from training.evolution import EvolutionState, train_population
+from training.loggers import Logger
+from training.loop import LoopHooks, LoopState, initial_state, train
+
+
+class OffPolicy:
+    state_type = LoopState
+    stepped_records = ("train", "update")  # records cut at the resumed step (evaluations: by count)
+    weights = "agent's weights or optimizer state"
+
+    def __init__(self, cfg: DictConfig, run: Run):
+        self.cfg, self.run = cfg, run
+
+    def describe(self, speed: dict) -> str:
+        return "update: " + ", ".join(f"{k} {v}" for k, v in speed.items()) + " (0: TF's default)"
+
+    def initial_state(self) -> LoopState:
+        return initial_state(self.run.envs, self.run.settings)
+
+    def position(self, state: LoopState) -> str:
+        return f"step {state.step}"
+
+    def restore(self, state: LoopState, saved: dict, buffer_state: dict | None, path: str,
+                console: Callable[[str], None]) -> None:
+        """The replay buffer and the training envs, mid-episode, as the checkpoint holds them."""
+        run = self.run
+        if buffer_state is not None:
+            try:
+                run.buffer.load_state_dict(buffer_state)
+            except (ValueError, KeyError) as err:
+                raise CheckpointError(f"checkpoint {path} holds a replay buffer that does not fit this run's: {err}") from err
+        else:
+            console(f"warning: {path} holds no replay buffer (checkpoint.buffer=false); resuming with an empty one.")
+        if saved["envs"] is not None and not isinstance(saved["envs"], dict):  # unpickled from a trusted old checkpoint
+            run.envs.close()
+            run.envs = saved["envs"]
+        elif saved["envs"] is not None:
+            try:
+                set_env_state(run.envs, saved["envs"])
+            except EnvStateError as err:
+                raise CheckpointError(f"checkpoint {path} holds training envs that do not fit this run's: {err}") from err
+        else:
+            console("warning: the training envs could not be saved (async vectorization); they restart from a fresh reset.")
+            state.obs, _ = run.envs.reset(seed=int(self.cfg.seed) + state.step)
+            run.buffer.cut_episodes()  # the episodes under way end at the reset
+
+    def envs_state(self):
+        return env_state(self.run.envs)
+
+    def buffer_state(self) -> dict | None:
+        return self.run.buffer.state_dict()
+
+    def train(self, logger: Logger, state: LoopState, hooks: LoopHooks) -> dict:
+        run = self.run
+        return train(run.learner, run.buffer, run.envs, run.eval_env, run.settings, logger, state, hooks, run.driver)
+
+
+class Population:
+    state_type = EvolutionState
+    stepped_records = ("train",)
+    weights = "population's weights"
+
+    def __init__(self, cfg: DictConfig, run: Run):
+        self.run = run
+        self.generation, self.how = population_generation(cfg, run.learner, run.envs, run.speed)
+
+    def describe(self, speed: dict) -> str:
+        return f"generations: {self.how}"
+
+    def initial_state(self) -> EvolutionState:
+        return EvolutionState(next_checkpoint=self.run.settings.checkpoint_every or -1)
+
+    def position(self, state: EvolutionState) -> str:
+        return f"generation {state.generation} (step {state.step})"
+
+    def restore(self, state, saved, buffer_state, path, console) -> None:
+        """Nothing beside the weights and generators: each generation reseeds the envs."""
+
+    def envs_state(self):
+        return None
+
+    def buffer_state(self) -> dict | None:
+        return None
+
+    def train(self, logger: Logger, state: EvolutionState, hooks: LoopHooks) -> dict:
+        run = self.run
+        return train_population(run.learner, self.generation, run.eval_env, run.settings, logger, run.rng, state, hooks)
+
+
+def family_of(cfg: DictConfig, run: Run) -> OffPolicy | Population:
+    return Population(cfg, run) if run.learner.agent.needs.population else OffPolicy(cfg, run)
