@@ -22,6 +22,7 @@ prepare_process()  # before TensorFlow or Keras is imported anywhere: Keras' bac
 os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
 
 import logging
+import shlex
 import signal
 import sys
 
@@ -30,7 +31,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from envs.factory import EnvConfigError
-from training.config import ConfigError, validate, warnings
+from training.config import ConfigError, override, validate, warnings
 from training.faults import WRITE_FAULTS, Diverged, write_failure, write_problem
 from training.plugins import missing_plugin, unknown_choice
 from training.resume import resume_config
@@ -82,7 +83,7 @@ def _train(cfg: DictConfig, run_dir: str) -> float:
                 raise ConfigError(
                     f"cannot write in the run directory {run_dir}: {problem}; resume continues the run in "
                     f"its own directory. Make it writable, or copy the run to a disk you can write "
-                    f"(cp -r {run_dir} NEW_DIR) and resume the copy: python train.py resume=NEW_DIR"
+                    f"(cp -r {shlex.quote(run_dir)} NEW_DIR) and resume the copy: python train.py resume=NEW_DIR"
                 )
             resume = True
         else:
@@ -108,15 +109,15 @@ def _train(cfg: DictConfig, run_dir: str) -> float:
     if summary["stopped"]:
         name = signal.Signals(summary["signal"]).name
         print(f"stopped by {name} at step {summary['steps']}; checkpoint written. Continue with:\n"
-              f"  python train.py resume={run_dir}", flush=True)
+              f"  python train.py {override('resume', run_dir)}", flush=True)
         sys.exit(128 + summary["signal"])
     print(
         f"done: {summary['steps']} steps, final eval return {summary['final_return']:.2f}, "
         f"best {summary['best_return']:.2f}, {summary['steps_per_second']:.0f} steps/s; run dir {run_dir}\n"
         f"  results:     {os.path.join(run_dir, 'summary.json')}, eval.csv, train.csv\n"
-        f"  evaluate:    python evaluate.py run_dir={run_dir} [checkpoint=best] [video=true] [export=true]\n"
-        f"  extend:      python train.py resume={run_dir} total_steps={2 * summary['steps']}\n"
-        f"  TensorBoard: tensorboard --logdir {os.path.join(run_dir, 'tb')}"
+        f"  evaluate:    python evaluate.py {override('run_dir', run_dir)} [checkpoint=best] [video=true] [export=true]\n"
+        f"  extend:      python train.py {override('resume', run_dir)} total_steps={2 * summary['steps']}\n"
+        f"  TensorBoard: tensorboard --logdir {shlex.quote(os.path.join(run_dir, 'tb'))}"
     )
     return summary["final_return"]
 

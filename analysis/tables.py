@@ -59,6 +59,17 @@ def write_csv(path: str, rows: list[dict], notes: list[list[str]], by: Sequence[
             writer.writerow({**row, "notes": "; ".join(row_notes)})
 
 
+def source_names(paths: Sequence[str]) -> list[str]:
+    """The run or sweep directories a report read, relative to the directory that holds them all
+    (`runs/td3_s0`, not the machine's `/home/me/runs/td3_s0`): a committed report names its sources
+    as whoever reruns it lays them out, never one machine's absolute paths."""
+    absolute = [os.path.abspath(p).rstrip(os.sep) for p in paths]
+    if not absolute:
+        return []
+    root = os.path.commonpath([os.path.dirname(p) for p in absolute])
+    return [os.path.relpath(p, root) for p in absolute]
+
+
 def render_markdown(paths: Sequence[str], by: Sequence[str], reps: int, seed: int, n_runs: int,
                     rows: list[dict], row_notes: list[list[str]], across: list[list[str]],
                     note_lines: list[str], files: list[str], improvement: Sequence[dict] = (), last: int = 1) -> str:
@@ -75,7 +86,8 @@ def render_markdown(paths: Sequence[str], by: Sequence[str], reps: int, seed: in
     md = [
         f"# Aggregate of {n_runs} run(s) in {len(rows)} group(s)",
         "",
-        "Sources: " + ", ".join(f"`{p}`" for p in paths) + (f" (grouped by agent, env, {', '.join(by)})" if by else ""),
+        "Sources: " + ", ".join(f"`{p}`" for p in source_names(paths))
+        + (f" (grouped by agent, env, {', '.join(by)})" if by else ""),
         "",
         score_text(last) + " The mean and IQM are over the runs' scores. IQM = interquartile mean "
         "(mean of the middle 50% of runs, `scipy.stats.trim_mean(x, 0.25)`; the plain mean below 4 runs). "

@@ -325,6 +325,8 @@ def test_end_to_end_two_agents_two_envs_three_seeds(tmp_path):
         assert (tmp_path / "redrawn.png").read_bytes() == f.read()
     with open(os.path.join(out, "results.md")) as f:
         md = f.read()
+    sources = next(line for line in md.splitlines() if line.startswith("Sources: "))
+    assert str(tmp_path) not in sources and "`" in sources  # named as laid out, not by this machine's paths
     for text in (proc.stdout, md):
         assert "incomplete" in text and "seed=3 (13-00-00/0) at step 1000" in text
         assert "runs end at steps 2000 (3 runs), 1000 (1 run, incomplete: seed=3 (13-00-00/0))" in text

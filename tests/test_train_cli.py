@@ -146,3 +146,24 @@ def test_unknown_group_option_names_the_choices(tmp_path, overrides, message):
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr and "Config search path" not in proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_the_printed_commands_paste_back_for_a_run_dir_with_a_space_and_a_comma(tmp_path):
+    """The follow-up commands a run prints are quoted for the shell and for Hydra's grammar: pasted
+    into a shell as printed, the `extend` command continues the run in its own directory."""
+    import shlex
+
+    from training.config import override
+
+    run_dir = tmp_path / "my runs, (v1)"
+    proc = subprocess.run([sys.executable, "train.py", *shlex.split(override("hydra.run.dir", run_dir)), "env=pendulum",
+                           "total_steps=300", "learning_starts=200", "eval_every=300", "eval_episodes=1",
+                           "batch_size=32", "network.hidden=[16,16]", "logger.progress=false"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    extend = next(line for line in proc.stdout.splitlines() if "extend:" in line).split("extend:", 1)[1].strip()
+    assert extend.startswith("python train.py ") and shlex.split(extend)[2] == f"resume='{run_dir}'"
+    proc = subprocess.run(f"{shlex.quote(sys.executable)} {extend.removeprefix('python ')}", shell=True, cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 600

@@ -8,6 +8,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from training.config import override
+
 _ABSENT = object()
 
 
@@ -85,8 +87,9 @@ class RefuseExistingRunDir(Callback):
             return
         run_dir = str(config.hydra.run.dir)
         if os.path.exists(os.path.join(run_dir, ".hydra", "config.yaml")):
-            fix = (f"drop hydra.run.dir: resume={resume} continues in the run's own directory" if resume is not None
-                   else f"continue that run with resume={run_dir}, or give this one a new directory")
+            fix = (f"drop hydra.run.dir: {override('resume', resume)} continues in the run's own directory"
+                   if resume is not None else f"continue that run with {override('resume', run_dir)}, or give this "
+                   f"one a new directory")
             print(
                 f"error: hydra.run.dir={run_dir} already holds a run (its .hydra/config.yaml), and starting "
                 f"another there would overwrite that run's saved config; {fix}.",

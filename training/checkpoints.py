@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from training import plaindata
+from training.config import override
 from training.faults import WRITE_FAULTS, write_failure
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -335,4 +336,4 @@ def last_checkpoint(run_dir: str) -> str:
         return "The run has no whole checkpoint yet, so there is nothing to resume: start it again in a new directory."
     step = max(found)
     return (f"Its last whole checkpoint is {os.path.relpath(found[step], run_dir)} (step {step}); "
-            f"continue from it with: python train.py resume={run_dir}")
+            f"continue from it with: python train.py {override('resume', run_dir)}")

@@ -1,11 +1,26 @@
 """Checks on a composed run config, each failing with a message that names the fix."""
 from __future__ import annotations
 
+import re
+import shlex
+
 from omegaconf import DictConfig
+
+HYDRA_PLAIN = re.compile(r"[\w./:@+%-]+( [\w./:@+%-]+)*")  # what Hydra's override grammar reads unquoted
 
 
 class ConfigError(ValueError):
     """A run config that cannot work; the message says what to change."""
+
+
+def override(key: str, value) -> str:
+    """`key=value` as one command-line argument to paste back into a shell: the value quoted for
+    Hydra's override grammar where it holds characters the grammar reads (a run dir with a comma
+    or brackets), then the whole for the shell (a space)."""
+    text = str(value)
+    if not HYDRA_PLAIN.fullmatch(text):
+        text = "'" + text.replace("'", "\\'") + "'"
+    return shlex.quote(f"{key}={text}")
 
 
 EXAMPLES = {"num_envs": 1, "eval_episodes": 10, "train_every": 1, "batch_size": 256}  # else 1000

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shlex
 import socket
 import sys
 import time
@@ -58,7 +59,7 @@ class RunDirLock:
                 f"the run directory {run_dir} is being written by another live process ({holder}); two writers "
                 f"would interleave their checkpoints. Wait for that run to finish, or stop it (a SIGTERM writes "
                 f"a checkpoint first) and resume once it has exited; to branch off a copy instead: "
-                f"cp -r {run_dir} NEW_DIR && python train.py resume=NEW_DIR"
+                f"cp -r {shlex.quote(run_dir)} NEW_DIR && python train.py resume=NEW_DIR"
             ) from None
         record = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S"),
                   "command": " ".join(sys.argv)}

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from training.builder import build_run, describe
 from training.checkpoints import CheckpointError, Checkpointer, list_checkpoints, resolve_checkpoint
-from training.config import ConfigError
+from training.config import ConfigError, override
 from training.faults import Diverged, check_finite
 from training.loggers import ConsoleLogger, CSVLogger, MultiLogger, TensorBoardLogger, WandbLogger
 from training.families import family_of
@@ -174,7 +174,7 @@ def _run_training(cfg: DictConfig, run_dir: str, resume: bool, console: Callable
     if not resume and list_checkpoints(run_dir):
         raise ConfigError(
             f"{run_dir} already holds checkpoints of a run; a new run there would prune them. "
-            f"Continue it with resume={run_dir}, or start the new run in another directory."
+            f"Continue it with {override('resume', run_dir)}, or start the new run in another directory."
         )
     parts = build_run(cfg)
     console(run_line(cfg, run_dir, resume))
