@@ -343,3 +343,28 @@ def test_a_network_that_acts_through_tf_is_never_driven(make_cfg):
     assert not run.learner.agent.acting.in_numpy
     assert run.speed.steps_per_call == 0 and run.driver is None
     assert summary["steps"] == 400 and summary["updates"] > 0
+
+
+def test_the_compiled_update_is_entered_through_tfs_flat_call():
+    """`ConcreteCall` enters a traced function through its concrete function's `_call_flat`, a
+    private TensorFlow entry (TF is pinned to 2.21.x), because `tf.function.__call__` re-binds and
+    re-flattens the arguments on every call: 2.1 ms of a 7.3 ms TD3 update on Ant (benchmarks/README.md).
+    Should a TensorFlow upgrade drop or change it, ConcreteCall falls back to the public call, the
+    update stays right and only the time is lost: this test says so, instead of the slowdown passing
+    unseen. Both entries must give the same outputs, from one trace."""
+    import tensorflow as tf
+
+    from agents.compiled import ConcreteCall
+
+    fn = tf.function(lambda b: {"sum": b.obs + b.reward[:, None], "n": tf.shape(b.obs)[0]},
+                     input_signature=[Batch(*(tf.TensorSpec([None, 2] if k in ("obs", "next_obs", "action") else [None],
+                                                           tf.float32) for k in Batch._fields))])
+    call = ConcreteCall(fn)
+    rng = np.random.default_rng(0)
+    batch = Batch(*(rng.normal(size=(3, 2) if k in ("obs", "next_obs", "action") else 3).astype(np.float32)
+                    for k in Batch._fields))
+    fast = call(batch)
+    assert call._flat_call is not None, "TF's _call_flat is gone or changed: ConcreteCall fell back to the public call"
+    public = fn(batch)
+    np.testing.assert_array_equal(fast["sum"], public["sum"])
+    assert int(fast["n"]) == 3 and fn.experimental_get_tracing_count() == 1
