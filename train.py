@@ -45,7 +45,9 @@ def _console(line: str) -> None:
     sys.stdout.flush()  # visible at once when stdout goes to a file (cluster logs)
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+# an absolute path: the same conf/ when train.py runs as a script and when its `main` is imported
+@hydra.main(version_base="1.3", config_path=os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf"),
+            config_name="config")
 def main(cfg: DictConfig) -> float:
     logging.getLogger("absl").setLevel(logging.WARNING)  # TF's checkpoint INFO lines
     run_dir = hydra_dir = HydraConfig.get().runtime.output_dir

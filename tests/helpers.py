@@ -86,3 +86,33 @@ def run_population(cfg):
     records = Records()
     summary, run = run_loop(cfg, records)
     return summary, run, records.rows
+
+
+def train_in_process(capsys, *args: str):
+    """train.py's own entry (`python train.py *args`) run in this process, as a subprocess would
+    run it but without importing TensorFlow again: (returncode, stdout, stderr) as a
+    CompletedProcess has them, read through pytest's `capsys`. For the many refused commands; a
+    subprocess stays the test of a whole command line."""
+    import subprocess
+    import sys
+
+    from hydra.core.global_hydra import GlobalHydra
+
+    import train
+
+    capsys.readouterr()
+    code, argv = 0, sys.argv
+    sys.argv = ["train.py", *args]
+    try:
+        if (problem := train.missing_plugin(list(args)) or train.unknown_choice(list(args))) is not None:
+            print(f"error: {problem}", file=sys.stderr)
+            code = 2
+        else:
+            train.main()
+    except SystemExit as exit:
+        code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+    finally:
+        sys.argv = argv
+        GlobalHydra.instance().clear()
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(["train.py", *args], code, out.out, out.err)

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from helpers import train_in_process
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -76,8 +78,8 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
         (["+speed.threads.intra=1"], "speed.threads.intra is not a thread pool; the pools are speed.threads.inter_op and"),
         (["speed.batch_shards=0"], "batch_shards must be a positive integer or auto, got 0"),
         (["speed.batch_shards=3"], "batch_size (256) does not split into speed.batch_shards=3 equal shards"),
-        (["agent.tau=2.0"], "agent.tau must lie in (0, 1]"),
-        (["agent=dqn", "env=cartpole", "agent.tau=0"], "agent.tau must lie in (0, 1]"),
+        (["agent.tau=2.0"], "agent.tau must be in (0, 1]"),
+        (["agent=dqn", "env=cartpole", "agent.tau=0"], "agent.tau must be in (0, 1]"),
         (["checkpoint.every=-1"], "checkpoint.every must be a non-negative integer"),
         (["logger.every=0"], "logger.every must be a positive integer"),
         (["speed.fuse_updates=maybe"], "speed.fuse_updates must be true or false"),
@@ -92,7 +94,7 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
         (["agent=td3", "network=dueling_mlp"], "a dueling head outputs Q-values"),
         (["agent=sac", "env=cartpole"], "SAC needs a continuous (Box) action space"),
         (["agent=sac", "agent.target_entropy=high"], "agent.target_entropy must be a number or auto"),
-        (["agent=sac", "agent.tau=1.5"], "agent.tau must lie in (0, 1]"),
+        (["agent=sac", "agent.tau=1.5"], "agent.tau must be in (0, 1]"),
         (["agent.policy_delay=0"], "agent.policy_delay must be an integer >= 1"),
         (["network.init=xavier"], "network.init must be one of torch, keras"),
         (["agent=crossq", "network=simba"], "agent=crossq needs Batch Renormalization in its networks"),
@@ -111,17 +113,31 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
         (["agent=dqn", "env=cartpole", "buffer=prioritized", "buffer.alpha=abc"], "buffer.alpha must be a number"),
         (["seed=abc"], "seed must be an integer in [0, 2**31), got 'abc'"),
         (["seed=-1"], "seed must be an integer in [0, 2**31), got -1"),
-        (["agent=sac", "agent.log_std=softplus"], "agent.log_std must be one of ['clip', 'tanh']"),
+        (["agent=sac", "agent.log_std=softplus"], "agent.log_std must be one of clip, tanh (clip: SB3's clamp"),
         (["checkpoint.trust_pickle=yes"], "checkpoint.trust_pickle must be true or false, got 'yes'"),
         (["+network.hiden=[64]"], "network.hiden: not a setting of networks.mlp.mlp, whose settings are"),
         (["+agent.lr=0.001"], "agent.lr: not a setting of agents.td3.TD3, whose settings are"),
         (["speed.vectorization=threads"], "speed.vectorization must be sync or async, got 'threads'; set speed.vectorization=sync."),
         (["num_envs=0"], "num_envs must be a positive integer, got 0; set e.g. num_envs=1."),
         (["total_steps=abc"], "total_steps must be a positive integer, got 'abc'; set e.g. total_steps=1000."),
+        (["train_at_episode_ends=maybe"], "train_at_episode_ends must be true or false, got 'maybe'"),
+        (["train_at_episode_ends=true", "train_every=2"], "train_every=2 with training at episode ends"),
+        *((["agent=td7", *override], message) for override, message in [
+            (["buffer=uniform"], "agent.lap=true"),
+            (["buffer=prioritized"], "this buffer weighs its samples by importance weights"),
+            (["agent.lap=false"], "neither TD7 nor TD7 without LAP"),
+            (["network=mlp"], "network=sale"),
+            (["agent.policy_delay=0"], "policy_delay must be an integer >= 1"),
+            (["network.encoder_hidden=0"], "encoder_hidden must be a positive integer"),
+            (["agent.checkpoint_reset_weight=2"], "agent.checkpoint_reset_weight must be in (0, 1]"),
+            (["num_envs=2"], "num_envs=2 with agent.checkpoints=true"),
+            (["speed.batch_shards=2"], "with network=sale"),
+            (["env=cartpole"], "TD7 needs a continuous (Box) action space"),
+        ]),
     ],
 )
-def test_bad_input_gets_a_clear_message_and_nonzero_exit(tmp_path, overrides, message):
-    proc = train(tmp_path / "run", *overrides)
+def test_bad_input_gets_a_clear_message_and_nonzero_exit(tmp_path, capsys, overrides, message):
+    proc = train_in_process(capsys, f"hydra.run.dir={tmp_path / 'run'}", "logger.progress=false", *overrides)
     assert proc.returncode != 0
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
@@ -140,8 +156,8 @@ def test_bad_input_gets_a_clear_message_and_nonzero_exit(tmp_path, overrides, me
                                   "Did you mean agent=dqn?"),
     ],
 )
-def test_unknown_group_option_names_the_choices(tmp_path, overrides, message):
-    proc = train(tmp_path / "run", *overrides)
+def test_unknown_group_option_names_the_choices(tmp_path, capsys, overrides, message):
+    proc = train_in_process(capsys, f"hydra.run.dir={tmp_path / 'run'}", *overrides)
     assert proc.returncode == 2
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr and "Config search path" not in proc.stderr

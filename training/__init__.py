@@ -1,1 +1,1 @@
-"""The off-policy training loop and what surrounds it: seeding, logging, config checks."""
+"""Training runs: the one runner for every family, the families' loops, checkpoints, loggers, seeding, config checks."""

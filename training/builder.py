@@ -222,9 +222,10 @@ def check_fit(settings: LoopSettings, needs: Needs, buffer: Buffer | None) -> No
         for key, value in (("num_envs", settings.num_envs), ("updates_per_step", settings.updates_per_step)):
             if value != 1:
                 raise ConfigError(
-                    f"{key}={value:g} with agent.checkpoints=true: the agent trains at the end of each episode, one "
-                    f"update per env step since its last training, on one env whose episodes assess one policy at a "
-                    f"time; leave {key} at 1, or set agent.checkpoints=false to train every step."
+                    f"{key}={value:g} with agent.checkpoints=true: the agent keeps policy checkpoints, so it trains "
+                    f"at the end of each episode, one update per env step since its last training, on one env whose "
+                    f"episodes assess one policy at a time; leave {key} at 1, or turn the agent's policy checkpoints "
+                    f"off (agent.checkpoints=false for TD7) to train every step."
                 )
 
 
