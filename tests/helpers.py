@@ -1,7 +1,16 @@
-"""Small helpers the agent tests share."""
+"""Small helpers the tests share: batches for agents, in-process runs, train.py, resume and
+evaluate.py as subprocesses, and readers of what a run wrote."""
+import csv
+import glob
+import os
+import subprocess
+import sys
+
 import numpy as np
 
 from buffers.types import Batch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def compiled(agent, compile="graph", **speed):
@@ -93,9 +102,6 @@ def train_in_process(capsys, *args: str):
     run it but without importing TensorFlow again: (returncode, stdout, stderr) as a
     CompletedProcess has them, read through pytest's `capsys`. For the many refused commands; a
     subprocess stays the test of a whole command line."""
-    import subprocess
-    import sys
-
     from hydra.core.global_hydra import GlobalHydra
 
     import train
@@ -116,3 +122,58 @@ def train_in_process(capsys, *args: str):
         GlobalHydra.instance().clear()
     out = capsys.readouterr()
     return subprocess.CompletedProcess(["train.py", *args], code, out.out, out.err)
+
+
+def resume(run_dir, *overrides):
+    cmd = [sys.executable, "train.py", f"resume={run_dir}", *overrides]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def evaluate(*args):
+    cmd = [sys.executable, "evaluate.py", *args]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def read_csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def final_weights(run_dir):
+    """The actor and critic weights in the final checkpoint, read with TensorFlow's reader."""
+    import tensorflow as tf
+
+    path = sorted(glob.glob(os.path.join(run_dir, "checkpoints", "step_*")))[-1]
+    reader = tf.train.load_checkpoint(os.path.join(path, "agent"))
+    names = sorted(k for k in reader.get_variable_to_shape_map() if "OPTIMIZER_SLOT" not in k and "save_counter" not in k)
+    return {k: reader.get_tensor(k) for k in names}
+
+
+def read_wandb_log(path):
+    """The records of a W&B transaction log (`run-*.wandb`): a 7-byte ':W&B' header, then
+    LevelDB-style 32 KiB blocks of [crc32c:4][length:2][type:1][data] chunks (1 full, 2 first,
+    3 middle, 4 last). wandb 0.31 no longer ships a Python reader for it."""
+    import struct
+
+    data = open(path, "rb").read()
+    assert data[:4] == b":W&B", "not a W&B transaction log"
+    block, pos, records, pending = 32768, 7, [], b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # block trailer padding
+            pos += left
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        chunk = data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind == 1:
+            records.append(chunk)
+        elif kind == 2:
+            pending = chunk
+        elif kind == 3:
+            pending += chunk
+        elif kind == 4:
+            records.append(pending + chunk)
+        elif kind == 0 and length == 0:
+            pos += block - pos % block if pos % block else 0
+    return records

@@ -468,7 +468,7 @@ def _train(run_dir, *overrides):
     import subprocess
     import sys
 
-    from test_runs import ROOT
+    from helpers import ROOT
 
     cmd = [sys.executable, "train.py", f"hydra.run.dir={run_dir}", "agent=crossq", "env=pendulum",
            "network.hidden=[16,16]", "network.actor_hidden=[16,16]", "network.renorm_warmup=300", "learning_starts=200",
@@ -483,7 +483,7 @@ def test_resume_is_bit_exact_across_the_renorm_warmup(tmp_path):
     same networks, running statistics, counts and optimizer state."""
     import json
 
-    from test_runs import final_weights, resume
+    from helpers import final_weights, resume
 
     whole, extended = tmp_path / "whole", tmp_path / "extended"
     for run_dir, steps in ((whole, 700), (extended, 400)):
@@ -504,7 +504,7 @@ def test_resume_is_bit_exact_across_the_renorm_warmup(tmp_path):
 def test_evaluate_and_export_act_in_inference_mode(tmp_path):
     import json
 
-    from test_runs import evaluate
+    from helpers import evaluate
 
     run = tmp_path / "run"
     proc = _train(run, "total_steps=400")

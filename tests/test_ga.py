@@ -129,7 +129,7 @@ def test_one_trace_per_run_and_the_loop_counts_every_episode_step(make_cfg):
 def test_resume_is_bit_exact(tmp_path):
     """A run resumed from its checkpoint ends with the population, the generator and the best
     policy of the uninterrupted run."""
-    from test_runs import final_weights, resume
+    from helpers import final_weights, resume
 
     whole, extended = tmp_path / "whole", tmp_path / "extended"
     for run_dir, steps in ((whole, 3000), (extended, 1000)):
@@ -148,7 +148,7 @@ def test_resume_is_bit_exact(tmp_path):
 def test_a_run_in_graph_equals_the_run_on_the_vector_env(tmp_path):
     """speed.env_in_graph changes how generations run, not what they compute: the same population,
     generator and returns at the end."""
-    from test_runs import final_weights
+    from helpers import final_weights
 
     runs = {}
     for choice in ("true", "false"):
@@ -163,7 +163,7 @@ def test_a_run_in_graph_equals_the_run_on_the_vector_env(tmp_path):
 
 
 def test_evaluate_and_export_the_best_individual(tmp_path):
-    from test_runs import evaluate
+    from helpers import evaluate
 
     proc = _train(tmp_path, "total_steps=2000", "eval_every=1000")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -205,7 +205,7 @@ def test_ga_solves_cartpole(tmp_path):
     proc = _train(tmp_path, "agent.population=50", "network.hidden=[16,16]", "total_steps=100000", "eval_every=10000",
                   "eval_episodes=5", "checkpoint.every=0", "logger.tensorboard=false", timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    from test_runs import read_csv
+    from helpers import read_csv
 
     evals = read_csv(tmp_path / "eval.csv")
     solved = [int(r["generation"]) for r in evals if float(r["return_mean"]) == 500.0]
@@ -267,7 +267,7 @@ def test_a_generation_in_graph_scores_as_the_vector_env_does():
 
 def test_wandb_and_tensorboard_get_the_fitness_of_every_generation(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from test_runs import read_wandb_log
+    from helpers import read_wandb_log
     from wandb.proto import wandb_internal_pb2
 
     proc = subprocess.run(

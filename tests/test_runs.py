@@ -1,6 +1,5 @@
 """Runs that last: checkpoints, exact resume after SIGTERM and SIGKILL, evaluate.py, export,
 TensorBoard and W&B records. Each test trains through the real train.py in a subprocess."""
-import csv
 import glob
 import json
 import os
@@ -14,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import ROOT, evaluate, final_weights, read_csv, read_wandb_log, resume  # noqa: F401 (shared)
+
 # A short deterministic TD3 run on Pendulum: 200 random steps, then 400 steps with updates.
 RUN = ["env=pendulum", "total_steps=600", "learning_starts=200", "eval_every=200", "eval_episodes=2",
        "batch_size=64", "network.hidden=[32,32]", "logger.every=100", "checkpoint.every=200", "checkpoint.keep=2", "deterministic=true",
@@ -24,31 +24,6 @@ RUN = ["env=pendulum", "total_steps=600", "learning_starts=200", "eval_every=200
 def train(run_dir, *overrides, timeout=600):
     cmd = [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *RUN, *overrides]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-
-
-def resume(run_dir, *overrides):
-    cmd = [sys.executable, "train.py", f"resume={run_dir}", *overrides]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-
-
-def evaluate(*args):
-    cmd = [sys.executable, "evaluate.py", *args]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-
-
-def read_csv(path):
-    with open(path) as f:
-        return list(csv.DictReader(f))
-
-
-def final_weights(run_dir):
-    """The actor and critic weights in the final checkpoint, read with TensorFlow's reader."""
-    import tensorflow as tf
-
-    path = sorted(glob.glob(os.path.join(run_dir, "checkpoints", "step_*")))[-1]
-    reader = tf.train.load_checkpoint(os.path.join(path, "agent"))
-    names = sorted(k for k in reader.get_variable_to_shape_map() if "OPTIMIZER_SLOT" not in k and "save_counter" not in k)
-    return {k: reader.get_tensor(k) for k in names}
 
 
 @pytest.fixture(scope="module")
@@ -355,36 +330,6 @@ def test_wandb_offline_run_holds_config_and_metrics(tmp_path):
     assert {"eval/return_mean", "train/episode_return", "update/critic_loss", "global_step"} <= keys
     eval_steps = [json.loads(h["global_step"]) for h in history if "eval/return_mean" in h]
     assert eval_steps == [0, 200, 300]
-
-
-def read_wandb_log(path):
-    """The records of a W&B transaction log (`run-*.wandb`): a 7-byte ':W&B' header, then
-    LevelDB-style 32 KiB blocks of [crc32c:4][length:2][type:1][data] chunks (1 full, 2 first,
-    3 middle, 4 last). wandb 0.31 no longer ships a Python reader for it."""
-    import struct
-
-    data = open(path, "rb").read()
-    assert data[:4] == b":W&B", "not a W&B transaction log"
-    block, pos, records, pending = 32768, 7, [], b""
-    while pos + 7 <= len(data):
-        left = block - pos % block
-        if left < 7:  # block trailer padding
-            pos += left
-            continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        chunk = data[pos + 7:pos + 7 + length]
-        pos += 7 + length
-        if kind == 1:
-            records.append(chunk)
-        elif kind == 2:
-            pending = chunk
-        elif kind == 3:
-            pending += chunk
-        elif kind == 4:
-            records.append(pending + chunk)
-        elif kind == 0 and length == 0:
-            pos += block - pos % block if pos % block else 0
-    return records
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip"])

@@ -146,7 +146,7 @@ def _train(run_dir, *overrides):
 def test_resume_with_simba_is_bit_exact(tmp_path):
     """A run extended from its checkpoint at 400 steps ends where the uninterrupted 600-step run
     does: the same networks and optimizer state, and the same observation statistics."""
-    from test_runs import final_weights, resume
+    from helpers import final_weights, resume
 
     whole, extended = tmp_path / "whole", tmp_path / "extended"
     for run_dir, steps in ((whole, 600), (extended, 400)):

@@ -82,7 +82,7 @@ def test_submitit_local_launcher_runs_each_seed_in_its_own_job(tmp_path):
 
     # one W&B run per job, all in one group named after the sweep
     from wandb.proto import wandb_internal_pb2
-    from test_runs import read_wandb_log
+    from helpers import read_wandb_log
 
     runs = []
     for job in job_dirs(sweep):

@@ -514,7 +514,7 @@ def test_updates_come_at_episode_ends(make_cfg, agent, ratio, steps_per_call):
 
 
 def _train(run_dir, *overrides):
-    from test_runs import ROOT
+    from helpers import ROOT
 
     cmd = [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *TINY, "learning_starts=200", "eval_every=200",
            "agent.target_update_every=50", *overrides]
@@ -525,7 +525,7 @@ def test_resume_is_bit_exact_and_evaluate_exports_the_checkpoint(tmp_path):
     """A run extended from its checkpoint at 600 steps ends where the uninterrupted 1000-step run
     does: networks, encoders, checkpoint policy, schedule, clipping range and LAP priorities. Then
     evaluate.py acts with, and exports, the checkpoint policy."""
-    from test_runs import evaluate, final_weights, resume
+    from helpers import evaluate, final_weights, resume
 
     whole, extended = tmp_path / "whole", tmp_path / "extended"
     for run_dir, steps in ((whole, 1000), (extended, 600)):
