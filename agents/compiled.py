@@ -111,6 +111,10 @@ class CompiledAgent:
         for forward in self._forwards():
             forward.use_numpy(numpy_acting)
         self.signature = batch_signature(agent.obs_dim, agent.action_spec)
+        # one update as the step's loop body runs it: XLA-compiled in xla mode, so that the env steps
+        # driven from inside a graph call (training.driven) get the fused update too
+        self._body = (tf.function(self._update_in_context, input_signature=[self.signature], jit_compile=True)
+                      if compile == "xla" else self._update_in_context)
         self._metric_spec = None
         self._update_one = compile_fn(lambda b: self._with_weights(self._update_in_context(b)), [self.signature], compile)
         self._update_many = compile_fn(lambda bs: self._with_weights(self.step(bs, self.metric_zeros())),
@@ -181,7 +185,7 @@ class CompiledAgent:
         td_errors = tf.TensorArray(tf.float32, size=k, element_shape=tf.TensorShape([None]), infer_shape=False)
 
         def body(i, _, td_errors):
-            metrics = self._update_in_context(Batch(*(x[i] for x in batches)))
+            metrics = self._body(Batch(*(x[i] for x in batches)))
             return i + 1, metrics, td_errors.write(i, metrics.pop("td_error"))
 
         _, metrics, td_errors = tf.while_loop(lambda i, *_: i < k, body, (tf.constant(0), metrics, td_errors))

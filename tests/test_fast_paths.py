@@ -129,6 +129,8 @@ DRIVEN = [
     # DQN with prioritized replay, one update every 4 steps, updates fused per phase
     (["agent=dqn", "env=cartpole", "buffer=prioritized", "updates_per_step=0.25", "train_every=1",
       "logger.every=250", "checkpoint.every=0"], None),
+    # CrossQ: speed.compile=auto compiles its update with XLA, inside the driver's graph too
+    (["agent=crossq", "env=pendulum", "logger.every=250", "checkpoint.every=0"], None),
 ]
 
 
@@ -278,9 +280,21 @@ def test_auto_chooses_nothing_cpu_specific_on_a_gpu(make_cfg):
     assert (cpu.batch_shards, cpu.steps_per_call, cpu.intra_op) == (2, 1000, 1)
     assert (gpu.batch_shards, gpu.steps_per_call, gpu.inter_op, gpu.intra_op) == (1, 0, None, None)
     assert decide(make_cfg("speed.steps_per_call=500").speed, [256, 256], 256, gpus=1, cores=2).steps_per_call == 500
-    # the driver needs graph mode and numpy acting; elsewhere the loop's per-phase path runs the same steps
-    for preset in ("speed=xla", "speed=eager", "speed.numpy_acting=false"):
+    # the driver needs a compiled step and numpy acting; elsewhere the loop's per-phase path runs the same steps
+    for preset in ("speed=eager", "speed.numpy_acting=false"):
         assert decide(make_cfg(preset, "speed.steps_per_call=500").speed, [256, 256], 256, 0, 2).steps_per_call == 0
+    assert decide(make_cfg("speed=xla", "speed.steps_per_call=500").speed, [256, 256], 256, 0, 2).steps_per_call == 500
+
+
+def test_auto_compiles_a_network_with_batch_statistics_with_xla(make_cfg):
+    """`speed.compile=auto` (speed=fast): XLA fuses Batch Renormalization's many small ops, which the
+    graph executor runs one by one; graph mode for every other network. XLA steps are driven too."""
+    from training.builder import decide_speed
+
+    crossq, td3 = decide_speed(make_cfg("agent=crossq", "env=pendulum")), decide_speed(make_cfg("agent=td3"))
+    assert (crossq.compile, td3.compile) == ("xla", "graph")
+    assert crossq.steps_per_call == td3.steps_per_call == 1000 and crossq.batch_shards == 1
+    assert decide_speed(make_cfg("agent=crossq", "env=pendulum", "speed=plain")).compile == "graph"
 
 
 @pytest.mark.parametrize("overrides, expected", [

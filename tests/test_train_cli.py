@@ -70,7 +70,7 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
         (["total_steps=-5"], "total_steps must be a positive integer"),
         (["env.id=Pendulm-v1"], "Did you mean Pendulum-v1"),
         (["env.id=LunarLanderContinuous-v3"], "LunarLanderContinuous-v3 needs a package that is not installed"),
-        (["speed.compile=fast"], "compile must be eager, graph or xla"),
+        (["speed.compile=fast"], "compile must be eager, graph, xla or auto"),
         (["speed.update_precision=float16"], "speed.update_precision must be float32 or bfloat16, got 'float16'; set"),
         (["speed.steps_per_call=-1"], "steps_per_call must be a non-negative integer"),
         (["speed.threads.inter_op=0"], "speed.threads.inter_op must be a positive integer, null (TF's default) or auto"),

@@ -98,7 +98,8 @@ def decide_speed(cfg: DictConfig) -> Speed:
     speed = cfg.speed
     if unshardable(cfg.network) and speed.batch_shards == "auto":
         speed = OmegaConf.merge(speed, {"batch_shards": 1})
-    return decide(speed, network_widths(cfg.network), int(cfg.batch_size))
+    return decide(speed, network_widths(cfg.network), int(cfg.batch_size),
+                  batch_statistics=cfg.network.get("batch_renorm", False) is True)
 
 
 def network_widths(network: DictConfig) -> list | None:

@@ -116,8 +116,9 @@ def unshardable(network: DictConfig) -> str | None:
 
 def validate_speed(speed: DictConfig, batch_size: int, unshardable: str | None = None) -> None:
     """The `speed` group: each setting in its range, `auto` where it may be."""
-    if speed.compile not in ("eager", "graph", "xla"):
-        raise ConfigError(f"speed.compile must be eager, graph or xla, got {speed.compile!r}; set e.g. speed=fast (graph) or speed=eager.")
+    if speed.compile not in ("eager", "graph", "xla", "auto"):
+        raise ConfigError(f"speed.compile must be eager, graph, xla or auto, got {speed.compile!r}; set e.g. speed=fast "
+                          f"(auto) or speed=eager.")
     for key in ("fuse_updates", "numpy_acting"):
         if not isinstance(speed[key], bool):
             raise ConfigError(f"speed.{key} must be true or false, got {speed[key]!r}.")

@@ -103,11 +103,12 @@ def set_aside_summary(run_dir: str) -> None:
 
 
 def speed_settings(speed: Speed) -> dict:
-    """What the `auto` speed settings decided in this process: batch shards, env steps per
-    compiled call, and TF's thread pools (0: TF's default size)."""
+    """What the `auto` speed settings decided in this process: the compile mode, batch shards, env
+    steps per compiled call, and TF's thread pools (0: TF's default size)."""
     import tensorflow as tf
 
     return {
+        "compile": speed.compile,
         "batch_shards": speed.batch_shards,
         "steps_per_call": speed.steps_per_call,
         "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),

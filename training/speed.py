@@ -126,13 +126,24 @@ def gpu_count() -> int:
 DRIVEN_STEPS = 1000  # `speed.steps_per_call=auto` on a CPU
 
 
-def decide(speed: DictConfig, hidden, batch_size: int, gpus: int | None = None, cores: int | None = None) -> Speed:
+def auto_compile(batch_statistics: bool) -> str:
+    """`speed.compile=auto`: XLA for a network with batch statistics (Batch Renormalization:
+    CrossQ), whose many small ops per layer TensorFlow's graph executor runs one by one and XLA
+    fuses; graph mode for the rest, where XLA measured slower on a CPU. Measured in benchmarks/README.md."""
+    return "xla" if batch_statistics else "graph"
+
+
+def decide(speed: DictConfig, hidden, batch_size: int, gpus: int | None = None, cores: int | None = None,
+           batch_statistics: bool = False) -> Speed:
     """`speed` with its `auto` values decided for this machine (`gpus` and `cores` as found here
-    unless given). On a GPU, `auto` chooses nothing CPU-specific: no shards, no thread sizes, and
-    no env steps driven from inside the graph (its `numpy_function` is a host op)."""
+    unless given; `batch_statistics`: the network normalizes by its batch). On a GPU, `auto`
+    chooses nothing CPU-specific: no shards, no thread sizes, and no env steps driven from inside
+    the graph (its `numpy_function` is a host op)."""
     gpus = gpu_count() if gpus is None else gpus
     cores = available_cores() if cores is None else cores
     compile, numpy_acting = str(speed.compile), bool(speed.numpy_acting)
+    if compile == "auto":
+        compile = auto_compile(batch_statistics)
     threads = speed.get("threads") or {}
     inter_op = threads.get("inter_op")
     if inter_op == "auto":
@@ -145,9 +156,9 @@ def decide(speed: DictConfig, hidden, batch_size: int, gpus: int | None = None, 
         intra_op = auto_intra_op(shards, cores) if compile == "graph" and inter_op != 1 else None
     steps = speed.steps_per_call
     if steps == "auto":
-        steps = DRIVEN_STEPS if compile == "graph" and numpy_acting and not gpus else 0
-    elif compile != "graph" or not numpy_acting:
-        steps = 0  # the driver needs graph mode and numpy acting; the per-phase path is the same steps
+        steps = DRIVEN_STEPS if compile != "eager" and numpy_acting and not gpus else 0
+    elif compile == "eager" or not numpy_acting:
+        steps = 0  # the driver needs a compiled step and numpy acting; the per-phase path is the same steps
     return Speed(compile=compile, fuse_updates=bool(speed.fuse_updates), steps_per_call=int(steps),
                  batch_shards=int(shards), update_precision=str(speed.update_precision),
                  numpy_acting=numpy_acting, vectorization=str(speed.vectorization), inter_op=inter_op,
