@@ -60,6 +60,12 @@ CASES = {
         ["crossq", "Ant-v5", "--hidden", "256", "256", "--critic-hidden", "1024", "1024", "--batch", "256",
          "--train-freq", "1"],
     ),
+    # ... with its update in graph mode instead of speed.compile=auto's XLA (the A/B of that choice)
+    "crossq_ant_graph": (
+        ["agent=crossq", "env=ant", "speed.compile=graph"],
+        ["crossq", "Ant-v5", "--hidden", "256", "256", "--critic-hidden", "1024", "1024", "--batch", "256",
+         "--train-freq", "1"],
+    ),
     # ... at the paper's width (critics 2048-2048: Bhatt et al.'s setting, run once for its cost)
     "crossq_ant_2048": (
         ["agent=crossq", "env=ant", "network.hidden=[2048,2048]"],
@@ -170,8 +176,10 @@ def main() -> None:
     p.add_argument("--only", nargs="*", choices=sorted(CASES))
     p.add_argument("--updates", action="store_true", help="compare the update alone, not the loop")
     p.add_argument("--sbx", action="store_true", help="run SBX (JAX) too, in the same rotation (loop only)")
+    p.add_argument("--no-sb3", action="store_true", help="leave SB3 out (with --sbx: tfrl against SBX alone)")
     a = p.parse_args()
-    for impl in ["sb3"] + (["sbx"] if a.sbx else []):
+    peers = ([] if a.no_sb3 else ["sb3"]) + (["sbx"] if a.sbx else [])
+    for impl in peers:
         if not os.path.exists(PYTHONS[impl]):
             sys.exit(f"error: no {impl.upper()} environment at {PYTHONS[impl]}; create it with `{SETUP[impl]}`.")
     if a.updates:
@@ -180,26 +188,24 @@ def main() -> None:
     report = {}
     for name in a.only or CASES:
         ours_args, sb3_args = CASES[name]
-        ours, sb3, sbx = [], [], []
+        ours, theirs = [], {peer: [] for peer in peers}
         for r in range(a.rounds):
             ours.append(run_tfrl(ours_args, a.steps, a.warmup, a.repeats))
-            sb3.append(run_sb3(sb3_args, a.steps, a.warmup, a.repeats))
-            if a.sbx:
-                sbx.append(run_sb3(sb3_args, a.steps, a.warmup, a.repeats, impl="sbx"))
-            print(f"{name} round {r + 1}: tfrl {ours[-1]:.1f}  sb3 {sb3[-1]:.1f}"
-                  + (f"  sbx {sbx[-1]:.1f}" if a.sbx else "") + " env steps/s", flush=True)
-        report[name] = {"tfrl": ours, "sb3": sb3, "tfrl_median": statistics.median(ours),
-                        "sb3_median": statistics.median(sb3),
-                        "ratio": statistics.median(ours) / statistics.median(sb3),
-                        "tfrl_overrides": ours_args, "sb3_args": sb3_args}
-        if a.sbx:
-            report[name].update(sbx=sbx, sbx_median=statistics.median(sbx),
-                                ratio_sbx=statistics.median(ours) / statistics.median(sbx))
-    print("\n| case | tfrl env steps/s | SB3 env steps/s | tfrl / SB3 |" + (" SBX env steps/s | tfrl / SBX |" if a.sbx else "")
-          + "\n|---|---|---|---|" + ("---|---|" if a.sbx else ""))
+            for peer in peers:
+                theirs[peer].append(run_sb3(sb3_args, a.steps, a.warmup, a.repeats, impl=peer))
+            print(f"{name} round {r + 1}: tfrl {ours[-1]:.1f}" + "".join(f"  {p} {v[-1]:.1f}" for p, v in theirs.items())
+                  + " env steps/s", flush=True)
+        report[name] = {"tfrl": ours, "tfrl_median": statistics.median(ours), "tfrl_overrides": ours_args,
+                        "sb3_args": sb3_args}
+        for peer, values in theirs.items():  # keys as before: sb3, sb3_median, ratio; sbx, sbx_median, ratio_sbx
+            report[name].update({peer: values, f"{peer}_median": statistics.median(values),
+                                 "ratio" if peer == "sb3" else f"ratio_{peer}": statistics.median(ours) / statistics.median(values)})
+    names = {"sb3": "SB3", "sbx": "SBX"}
+    print("\n| case | tfrl env steps/s |" + "".join(f" {names[p]} env steps/s | tfrl / {names[p]} |" for p in peers)
+          + "\n|---|---|" + "---|---|" * len(peers))
     for name, r in report.items():
-        print(f"| {name} | {r['tfrl_median']:.1f} | {r['sb3_median']:.1f} | {r['ratio']:.2f}x |"
-              + (f" {r['sbx_median']:.1f} | {r['ratio_sbx']:.2f}x |" if a.sbx else ""))
+        print(f"| {name} | {r['tfrl_median']:.1f} |" + "".join(
+            f" {r[f'{p}_median']:.1f} | {r['ratio' if p == 'sb3' else f'ratio_{p}']:.2f}x |" for p in peers))
     write_report(os.path.join(HERE, "results", "sb3_comparison.json"), report, a)
 
 
