@@ -25,7 +25,9 @@ from envs.factory import EnvConfigError
 from training.config import ConfigError
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
+# an absolute path: the same conf/ when evaluate.py runs as a script and when its `main` is imported
+@hydra.main(version_base="1.3", config_path=os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf"),
+            config_name="evaluate")
 def main(cfg: DictConfig) -> None:
     from envs.video import VideoError
     from training.checkpoints import CheckpointError

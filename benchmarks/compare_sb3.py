@@ -107,11 +107,13 @@ def run_tfrl(overrides: list[str], steps: int, warmup: int, repeats: int, update
         out = os.path.join(tmp, "r.json")
         what = ["bench.only=update", f"bench.fuse={FUSE}", f"bench.buffer_fill={warmup + steps}"] if updates else [
             "bench.only=loop", f"bench.loop_steps={steps}", f"bench.warmup={warmup}"]
-        cmd = [sys.executable, os.path.join(HERE, "throughput.py"), *overrides, "bench.modes=[graph]", *what,
+        # the compile mode the run's config asks for: speed=fast's auto (XLA for CrossQ, graph for the rest)
+        mode = next((o.split("=", 1)[1] for o in overrides if o.startswith("speed.compile=")), "auto")
+        cmd = [sys.executable, os.path.join(HERE, "throughput.py"), *overrides, f"bench.modes=[{mode}]", *what,
                f"bench.repeats={repeats}", f"bench.output={out}"]
         subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
         with open(out) as f:
-            r = json.load(f)["results"]["graph"]
+            r = json.load(f)["results"][mode]
     if not updates:
         return r["loop_steps_per_s"]
     return (r["update_ms"] + r["sample_us"] / 1e3,

@@ -29,6 +29,15 @@ def make_cfg():
 
 
 @pytest.fixture
+def cli(capsys):
+    """train.py, resume and evaluate.py run in this process, for commands refused before training
+    (helpers.InProcess): no second TensorFlow import per command."""
+    from helpers import InProcess
+
+    return InProcess(capsys)
+
+
+@pytest.fixture
 def matmul_dtypes():
     """The dtypes of the MatMul ops in a graph and in the functions it calls (tf.cond branches,
     while-loop bodies)."""

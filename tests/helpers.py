@@ -97,31 +97,61 @@ def run_population(cfg):
     return summary, run, records.rows
 
 
-def train_in_process(capsys, *args: str):
-    """train.py's own entry (`python train.py *args`) run in this process, as a subprocess would
-    run it but without importing TensorFlow again: (returncode, stdout, stderr) as a
-    CompletedProcess has them, read through pytest's `capsys`. For the many refused commands; a
-    subprocess stays the test of a whole command line."""
+def in_process(capsys, script: str, *args: str):
+    """`python <script> *args` (train.py or evaluate.py) run through the script's own entry in this
+    process, without importing TensorFlow again: a CompletedProcess with its exit code and what it
+    printed, read through pytest's `capsys`. For the many refused commands; a subprocess stays the
+    test of a whole command line and of a run that trains."""
+    import importlib
+
     from hydra.core.global_hydra import GlobalHydra
 
-    import train
+    from absl import logging as absl_logging
 
+    module = importlib.import_module(script.removesuffix(".py"))
+    # Hydra's logging setup closes every live handler's stream unless it is the current sys.stderr
+    # or stdout. absl's handler took sys.stderr when TensorFlow was imported, which under pytest may
+    # be pytest's own capture file (a test module importing TF at collection): closing it breaks the
+    # capture of every test after. Point it at the process's stderr, which is never closed.
+    absl_logging.get_absl_handler().python_handler.stream = sys.__stderr__
     capsys.readouterr()
     code, argv = 0, sys.argv
-    sys.argv = ["train.py", *args]
+    sys.argv = [script, *args]
     try:
-        if (problem := train.missing_plugin(list(args)) or train.unknown_choice(list(args))) is not None:
+        problem = module.missing_plugin(list(args)) or module.unknown_choice(list(args)) if script == "train.py" else None
+        if problem is not None:
             print(f"error: {problem}", file=sys.stderr)
             code = 2
         else:
-            train.main()
+            module.main()
     except SystemExit as exit:
         code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
     finally:
         sys.argv = argv
         GlobalHydra.instance().clear()
     out = capsys.readouterr()
-    return subprocess.CompletedProcess(["train.py", *args], code, out.out, out.err)
+    return subprocess.CompletedProcess([script, *args], code, out.out, out.err)
+
+
+def train_in_process(capsys, *args: str):
+    return in_process(capsys, "train.py", *args)
+
+
+class InProcess:
+    """train.py, a resume and evaluate.py through their own entries in this process (the `cli`
+    fixture): for commands that are refused before anything trains."""
+
+    def __init__(self, capsys):
+        self.capsys = capsys
+
+    def train(self, run_dir, *overrides):
+        return in_process(self.capsys, "train.py", f"hydra.run.dir={run_dir}", *overrides)
+
+    def resume(self, run_dir, *overrides):
+        return in_process(self.capsys, "train.py", f"resume={run_dir}", *overrides)
+
+    def evaluate(self, *args):
+        return in_process(self.capsys, "evaluate.py", *args)
 
 
 def resume(run_dir, *overrides):

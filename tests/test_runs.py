@@ -198,13 +198,13 @@ def test_restored_buffer_equals_the_saved_one(reference):
     np.testing.assert_array_equal(buf.field("next_obs")[:199], buf.field("obs")[1:200])
 
 
-def test_resume_refuses_a_finished_run_without_a_larger_total(tmp_path, reference):
+def test_resume_refuses_a_finished_run_without_a_larger_total(tmp_path, reference, cli):
     before = sorted(os.listdir(reference / "checkpoints"))
-    proc = resume(reference)
+    proc = cli.resume(reference)
     assert proc.returncode == 2
     assert "already reached 600 steps" in proc.stderr and "total_steps=" in proc.stderr
     assert sorted(os.listdir(reference / "checkpoints")) == before
-    proc = resume(reference, "batch_size=32")
+    proc = cli.resume(reference, "batch_size=32")
     assert proc.returncode == 2 and "batch_size=32 cannot be" in proc.stderr
 
 
@@ -333,7 +333,7 @@ def test_wandb_offline_run_holds_config_and_metrics(tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip"])
-def test_corrupt_checkpoint_is_rejected_and_left_in_place(tmp_path, reference, damage):
+def test_corrupt_checkpoint_is_rejected_and_left_in_place(tmp_path, reference, damage, cli):
     run_dir = tmp_path / "corrupt"
     shutil.copytree(reference, run_dir)
     latest = sorted(glob.glob(str(run_dir / "checkpoints" / "step_*")))[-1]
@@ -342,7 +342,7 @@ def test_corrupt_checkpoint_is_rejected_and_left_in_place(tmp_path, reference, d
     with open(target, "wb") as f:
         f.write(data[: len(data) // 2] if damage == "truncate" else data[:100] + bytes([data[100] ^ 0xFF]) + data[101:])
     listing = sorted(os.listdir(run_dir / "checkpoints"))
-    for proc in (resume(run_dir, "total_steps=800"), evaluate(f"run_dir={run_dir}")):
+    for proc in (cli.resume(run_dir, "total_steps=800"), cli.evaluate(f"run_dir={run_dir}")):
         assert proc.returncode == 2
         assert "is corrupt" in proc.stderr and "Traceback" not in proc.stderr
     assert sorted(os.listdir(run_dir / "checkpoints")) == listing
@@ -421,7 +421,7 @@ def test_a_saved_config_may_only_instantiate_the_projects_classes(tmp_path, refe
 
 
 @pytest.mark.parametrize("part", ["agent", "buffer", "state"])
-def test_a_checkpoint_that_does_not_fit_the_agent_is_refused(tmp_path, reference, part):
+def test_a_checkpoint_that_does_not_fit_the_agent_is_refused(tmp_path, reference, part, cli):
     """Arrays of the wrong shapes in a checkpoint with matching checksums (a checkpoint of a
     16-16 network copied over a 32-32 run's, a buffer of another observation size, a loop state
     with a field this version does not have): a clear error, exit 2, the run's files unchanged."""
@@ -451,13 +451,14 @@ def test_a_checkpoint_that_does_not_fit_the_agent_is_refused(tmp_path, reference
         plant(latest, "state.json", json.dumps(doc).encode())
         message = "fields this run does not have (['exec'])"
     before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
-    proc = resume(run_dir, "total_steps=800")
+    proc = cli.resume(run_dir, "total_steps=800")
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
 
 
-def test_bad_run_dirs_and_foreign_checkpoints(tmp_path, reference):
+def test_bad_run_dirs_and_foreign_checkpoints(tmp_path, reference, cli):
+    evaluate, resume = cli.evaluate, cli.resume
     proc = evaluate(f"run_dir={tmp_path / 'nope'}")
     assert proc.returncode == 2 and "does not exist" in proc.stderr
     for args, message in [((), "no run given"), ((f"run_dir={reference}", "episodes=abc"), "episodes must be a positive integer"),

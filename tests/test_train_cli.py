@@ -134,6 +134,17 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
             (["speed.batch_shards=2"], "with network=sale"),
             (["env=cartpole"], "TD7 needs a continuous (Box) action space"),
         ]),
+        *((["agent=ga", "env=cartpole", "agent.population=8", "network.hidden=[8]", *override], message)
+          for override, message in [
+            (["agent.population=1"], "agent.population must be an integer >= 2"),
+            (["agent.elites=8"], "agent.elites must be an integer in [0, population)"),
+            (["agent.mutation_std=-0.1"], "agent.mutation_std must be a number >= 0"),
+            (["buffer=prioritized"], "keeps no replay buffer"),
+            (["agent.selection=best"], "agent.selection must be one of tournament, truncation"),
+            (["env.id=FrozenLake-v1"], "takes flat vectors"),
+            (["env=pendulum", "speed.env_in_graph=true"], "Pendulum-v1 (as configured) has no dynamics in TensorFlow"),
+            (["speed.env_in_graph=maybe"], "speed.env_in_graph must be auto, true or false"),
+        ]),
     ],
 )
 def test_bad_input_gets_a_clear_message_and_nonzero_exit(tmp_path, capsys, overrides, message):
