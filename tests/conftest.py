@@ -17,6 +17,12 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 CONF_DIR = os.path.join(ROOT, "conf")
 
 
+def pytest_collection_modifyitems(items):
+    """The learning tests (`slow`) first: the workers take the longest tests while the short ones
+    are left to fill in after, instead of one worker finishing a long test alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: otherwise as collected
+
+
 @pytest.fixture
 def make_cfg():
     """Compose the run config from conf/ with the given overrides, as train.py would."""
