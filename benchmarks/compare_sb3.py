@@ -179,6 +179,8 @@ def main() -> None:
     p.add_argument("--updates", action="store_true", help="compare the update alone, not the loop")
     p.add_argument("--sbx", action="store_true", help="run SBX (JAX) too, in the same rotation (loop only)")
     p.add_argument("--no-sb3", action="store_true", help="leave SB3 out (with --sbx: tfrl against SBX alone)")
+    p.add_argument("--output", help="write the loop's cases here instead of into results/sb3_comparison.json "
+                                    "(whose cases the README's figure draws)")
     a = p.parse_args()
     peers = ([] if a.no_sb3 else ["sb3"]) + (["sbx"] if a.sbx else [])
     for impl in peers:
@@ -208,7 +210,7 @@ def main() -> None:
     for name, r in report.items():
         print(f"| {name} | {r['tfrl_median']:.1f} |" + "".join(
             f" {r[f'{p}_median']:.1f} | {r['ratio' if p == 'sb3' else f'ratio_{p}']:.2f}x |" for p in peers))
-    write_report(os.path.join(HERE, "results", "sb3_comparison.json"), report, a)
+    write_report(a.output or os.path.join(HERE, "results", "sb3_comparison.json"), report, a)
 
 
 if __name__ == "__main__":

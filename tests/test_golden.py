@@ -290,10 +290,6 @@ def failure_message(name: str, golden: dict, fresh: dict, problems: list[tuple[f
     return "\n".join(lines)
 
 
-# one worker computes the module-scoped run below once, for every test of this file
-pytestmark = pytest.mark.xdist_group("test_golden")
-
-
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory):
     """Every case's record from one fresh process, with the thread pools the cases ask for."""

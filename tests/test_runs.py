@@ -26,10 +26,6 @@ def train(run_dir, *overrides, timeout=600):
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
-# one worker computes the module-scoped run below once, for every test of this file
-pytestmark = pytest.mark.xdist_group("test_runs")
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """The uninterrupted run every resumed run must reproduce."""

@@ -57,10 +57,6 @@ def numeric_gradient(f, weights, h=1e-6):
     return grads
 
 
-# one worker computes the module-scoped run below once, for every test of this file
-pytestmark = pytest.mark.xdist_group("test_td3_features")
-
-
 @pytest.fixture(scope="module")
 def run():
     """Two updates of a TD3 with policy_delay 2 and no smoothing noise, on one batch; every

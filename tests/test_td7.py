@@ -256,10 +256,6 @@ def hand_q(agent, v, b):
     return np_critic(agent.critic, v, b.obs, action, np_zsa(agent.fixed_encoder.zsa, v, zs, action), zs)
 
 
-# one worker computes the module-scoped run below once, for every test of this file
-pytestmark = pytest.mark.xdist_group("test_td7")
-
-
 @pytest.fixture(scope="module")
 def hand_run():
     """Five updates of a TD7 with small SALE networks whose every network (the three encoders
