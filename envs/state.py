@@ -10,7 +10,7 @@ time: the state, the warm start, the controls and the derived quantities an env 
 its next step, as Ant's reward reads the torso's position). Objects of other kinds (models,
 renderers, specs) are what the config rebuilds. Nothing here unpickles: a checkpoint's envs
 cannot run code when loaded. Async envs live in subprocesses and are not saved (resume resets
-them). (Checkpoints before this format pickled the envs: training/legacy.py.)
+them). (Checkpoints before this format pickled the envs; they are never loaded.)
 """
 from __future__ import annotations
 

@@ -372,7 +372,7 @@ def plant(checkpoint, name, data):
 def test_a_tampered_checkpoint_runs_no_code_on_resume_or_evaluate(tmp_path, reference, layout):
     """A run directory whose state.pkl was replaced with a pickle that runs code, checksums rewritten
     to match. Today's checkpoints never open a pickle; one of the old layout (state.pkl, no
-    state.json) is refused on resume without checkpoint.trust_pickle, its files untouched, and
+    state.json) is refused on resume, its files untouched, and
     evaluate.py needs only the agent's weights."""
     import pickle
 
@@ -397,7 +397,7 @@ def test_a_tampered_checkpoint_runs_no_code_on_resume_or_evaluate(tmp_path, refe
     if layout == "new":
         assert proc.returncode == 0, proc.stderr[-3000:]
     else:
-        assert proc.returncode == 2 and "checkpoint.trust_pickle=true" in proc.stderr
+        assert proc.returncode == 2 and "never loads one" in proc.stderr
         assert "Traceback" not in proc.stderr
         assert {p: p.read_bytes() for p in (run_dir / "checkpoints").rglob("*") if p.is_file()} == before
 

@@ -9,9 +9,8 @@ A checkpoint is a directory `<run_dir>/checkpoints/step_<step>/` holding
     meta.json                   step, what wrote it, and a SHA-256 of every file above
 Loading one executes no code: TensorFlow's checkpoint holds tensors, the buffer and the state are
 arrays read with `allow_pickle=False` and JSON. Checkpoints written before this format hold the
-state as `state.pkl`, a pickle; unpickling runs whatever code the file names, so a resume reads
-it only when the user says they trust the run directory (`checkpoint.trust_pickle=true`), and
-evaluate.py, which needs only the agent, never opens it. The checksums catch corruption, not a
+state as `state.pkl`, a pickle; unpickling runs whatever code the file names, so no version
+loads it: resume refuses such a checkpoint, and evaluate.py, which needs only the agent, evaluates it. The checksums catch corruption, not a
 tampered directory.
 A restore maps buffer.npz's large arrays instead of reading them (`npz_arrays`): the replay buffer
 copies them into its own preallocated rows, so a multi-GB buffer is never held twice in memory.
@@ -215,20 +214,17 @@ class Checkpointer:
             shutil.rmtree(path, ignore_errors=True)
 
     # --- reading ------------------------------------------------------------------------
-    def restore(self, path: str, with_buffer: bool = True, agent_only: bool = False,
-                trust_pickle: bool = False) -> tuple[dict, dict | None]:
+    def restore(self, path: str, with_buffer: bool = True, agent_only: bool = False) -> tuple[dict, dict | None]:
         """Verify and load a checkpoint into the trackables; returns (state, buffer_state). The
-        state of a checkpoint from before the plain-data format is unpickled only with
-        `trust_pickle`, and refused before anything is loaded without it."""
+        state of a checkpoint from before the plain-data format (a pickle) is never loaded: such a
+        checkpoint is refused before anything is read, unless only the agent is asked for."""
         meta = verify(path)
-        legacy = "state.json" not in meta["files"] and not agent_only
-        if legacy and not trust_pickle:
+        if "state.json" not in meta["files"] and not agent_only:
             raise CheckpointError(
-                f"checkpoint {path} was written by an older version of this project, which saved the run's state "
-                f"as a pickle (state.pkl); loading a pickle runs whatever code it names, so a tampered run directory "
-                f"could run commands on your machine. If you trust this directory (you, or someone you trust, wrote "
-                f"it and nobody else could change it), resume it with checkpoint.trust_pickle=true: its next "
-                f"checkpoints are written in the format that loads no code. evaluate.py needs no opt-in."
+                f"checkpoint {path} was written by a version of this project before 2026-11-25, which saved the "
+                f"run's state as a pickle (state.pkl); loading a pickle runs whatever code it names, so this version "
+                f"never loads one and cannot resume the run. evaluate.py still evaluates and exports it (it reads "
+                f"only the weights); to train on, start a new run, or resume it with the version that wrote it."
             )
         for key, value in self.describe.items():
             if key in meta and meta[key] != value:
@@ -248,15 +244,10 @@ class Checkpointer:
             ) from err
         if agent_only:
             return {}, None
-        if legacy:
-            from training.legacy import load_pickled_state  # the user trusts this directory (trust_pickle)
-
-            state = load_pickled_state(path)
-        else:
-            try:
-                state = plaindata.read(os.path.join(path, "state.json"), os.path.join(path, "state.npz"))
-            except (plaindata.PlainDataError, ValueError, KeyError, TypeError) as err:
-                raise CheckpointError(f"checkpoint {path} holds a state this version cannot read: {err}") from err
+        try:
+            state = plaindata.read(os.path.join(path, "state.json"), os.path.join(path, "state.npz"))
+        except (plaindata.PlainDataError, ValueError, KeyError, TypeError) as err:
+            raise CheckpointError(f"checkpoint {path} holds a state this version cannot read: {err}") from err
         buffer_state = None
         if with_buffer and "buffer.npz" in meta["files"]:
             buffer_state = npz_arrays(os.path.join(path, "buffer.npz"))

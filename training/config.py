@@ -95,7 +95,7 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"checkpoint.every must be a non-negative integer (0 = only at the end), got {ckpt.every!r}; set e.g. checkpoint.every=50000.")
     if not isinstance(ckpt.keep, int) or isinstance(ckpt.keep, bool) or ckpt.keep < 1:
         raise ConfigError(f"checkpoint.keep must be a positive integer, got {ckpt.keep!r}; set e.g. checkpoint.keep=3.")
-    for key in ("buffer", "best", "trust_pickle"):
+    for key in ("buffer", "best"):
         if not isinstance(ckpt.get(key, False), bool):
             raise ConfigError(f"checkpoint.{key} must be true or false, got {ckpt[key]!r}.")
     every = cfg.logger.every

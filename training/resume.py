@@ -11,8 +11,7 @@ from training.config import ConfigError
 
 # What may change when a run continues: how long it goes on, and how it reports.
 # The speed settings too: none of them changes the maths (a run may move to a machine with a GPU).
-# checkpoint.trust_pickle: the user's word that an old run directory (pickled state) is theirs.
-RESUMABLE_OVERRIDES = ("total_steps", "logger.", "wandb.", "speed.", "resume", "hydra.", "checkpoint.trust_pickle")
+RESUMABLE_OVERRIDES = ("total_steps", "logger.", "wandb.", "speed.", "resume", "hydra.")
 
 # Where the keys of configs saved before the `speed` group and the checkpoint/logger nodes now live.
 MOVED_KEYS = {

@@ -140,13 +140,12 @@ def loop_state_of(saved, cls, path: str):
     return cls(**saved)
 
 
-def restore_latest(run_dir: str, checkpointer: Checkpointer, parts, total_steps: int, with_buffer: bool, state_type,
-                   trust_pickle: bool = False):
+def restore_latest(run_dir: str, checkpointer: Checkpointer, parts, total_steps: int, with_buffer: bool, state_type):
     """Restore the run's latest checkpoint into the learner and the run's generators; refuse one
     that already finished `total_steps`. Returns (its path, the saved record with its loop state
     as `state_type`, the buffer's arrays)."""
     path = resolve_checkpoint(run_dir, "latest")
-    saved, buffer_state = checkpointer.restore(path, with_buffer=with_buffer, trust_pickle=trust_pickle)
+    saved, buffer_state = checkpointer.restore(path, with_buffer=with_buffer)
     saved["loop"] = loop_state_of(saved["loop"], state_type, path)
     step = saved["loop"].step
     if step >= total_steps and os.path.exists(os.path.join(run_dir, "summary.json")):
@@ -158,11 +157,6 @@ def restore_latest(run_dir: str, checkpointer: Checkpointer, parts, total_steps:
     parts.rng.bit_generator.state = saved["numpy_rng"]
     random.setstate(saved["python_rng"])
     return path, saved, buffer_state
-
-
-def trust_pickle(cfg: DictConfig) -> bool:
-    """The user's word that the run directory is theirs: old checkpoints' pickles may be loaded."""
-    return OmegaConf.select(cfg, "checkpoint.trust_pickle", default=False) is True
 
 
 def run_training(cfg: DictConfig, run_dir: str, resume: bool = False, console: Callable[[str], None] = print) -> dict:
@@ -187,8 +181,7 @@ def _run_training(cfg: DictConfig, run_dir: str, resume: bool, console: Callable
     csv_logger = CSVLogger(run_dir)
     if resume:
         path, saved, buffer_state = restore_latest(run_dir, checkpointer, parts, parts.settings.total_steps,
-                                                   with_buffer=True, state_type=family.state_type,
-                                                   trust_pickle=trust_pickle(cfg))
+                                                   with_buffer=True, state_type=family.state_type)
         state = saved["loop"]
         family.restore(state, saved, buffer_state, path, console)
         del buffer_state  # maps of the checkpoint's file: release them once copied
