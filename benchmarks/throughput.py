@@ -284,6 +284,7 @@ def cadence_parts_us(r: dict, run: DictConfig) -> float:
 @hydra.main(version_base="1.3", config_path="../conf", config_name="throughput")
 def main(cfg: DictConfig) -> None:
     import tensorflow as tf
+    from training.builder import network_widths
 
     bench = cfg.bench
     modes = list(bench.modes)
@@ -310,7 +311,8 @@ def main(cfg: DictConfig) -> None:
 
     choices = HydraConfig.get().runtime.choices
     name = f"{choices.get('agent')}_{choices.get('env')}"
-    print(f"\n{name}: {cfg.env.id}, network {list(cfg.network.hidden)}, batch {cfg.batch_size}, "
+    network = f"{choices.get('network')} {list(network_widths(cfg.network) or [])}"
+    print(f"\n{name}: {cfg.env.id}, network {network}, batch {cfg.batch_size}, "
           f"{cfg.updates_per_step} updates/step, train_every {cfg.train_every}, num_envs {cfg.num_envs}, "
           f"fuse_updates {cfg.speed.fuse_updates}; median of {bench.repeats}")
     print(table(results, modes))

@@ -9,6 +9,20 @@ if ROOT not in sys.path:
 
 from training.runtime import prepare_process  # noqa: E402
 
+
+def pin_worker_to_its_cores() -> None:
+    """Under pytest-xdist, each worker (and every process it starts) runs on cores of its own, as a
+    cluster job does: TensorFlow sizes its thread pools from the cores it may use, so two workers
+    do not each spread every op over all the cores and spin-wait on each other's."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if worker is None or count < 2 or len(cores) < count:
+        return
+    os.sched_setaffinity(0, cores[int(worker.removeprefix("gw")) % count::count])
+
+
+pin_worker_to_its_cores()
+
 prepare_process()  # before any test imports TensorFlow or Keras; the subprocesses inherit it
 
 import pytest  # noqa: E402
