@@ -1,6 +1,7 @@
 """Where an update's time goes, op by op, from TensorFlow's profiler: K updates one call each
 against the same K fused into one call (agent.update with K stacked batches), and the float32 and bfloat16 matmul
-peaks of this machine for comparison.
+peaks of this machine for comparison, with the floor they set: the update's matmul multiply-adds
+(counted from its graph, a conditional step weighted by how often it runs) at the float32 peak.
 
     uv run python benchmarks/profile_update.py agent=td3 env=ant
     uv run python benchmarks/profile_update.py agent=dqn env=cartpole network.hidden=[64,64] batch_size=64 --k 64
@@ -47,6 +48,32 @@ def matmul_gflops(dtype, n: int, k: int, m: int, reps: int = 50) -> float:
     return reps * 2 * n * k * m / per_call(lambda: chain(a, b).numpy(), 1, 7) / 1e9
 
 
+def matmul_flops(graph) -> tuple[float, float]:
+    """(FLOPs of the MatMul and BatchMatMul ops of `graph` itself, of the functions it calls): each
+    2 * rows * inner * cols from the static shapes. A conditional step's ops (a policy delay's
+    actor step) are in the called functions."""
+    def count(g) -> float:
+        total = 0.0
+        for op in g.get_operations():
+            if op.type not in ("MatMul", "BatchMatMulV2", "BatchMatMulV3"):
+                continue
+            a, b = (t.shape.as_list() for t in op.inputs[:2])
+            if op.type == "MatMul":
+                a = a[::-1] if op.get_attr("transpose_a") else a
+                b = b[::-1] if op.get_attr("transpose_b") else b
+            else:
+                a = a[:-2] + a[-2:][::-1] if op.get_attr("adj_x") else a
+                b = b[:-2] + b[-2:][::-1] if op.get_attr("adj_y") else b
+            batch = 1
+            for d in a[:-2]:
+                batch *= d
+            total += 2.0 * batch * a[-2] * a[-1] * b[-1]
+        return total
+
+    called = [f.graph for f in graph._functions.values() if hasattr(f, "graph")]
+    return count(graph), sum(count(g) for g in called)
+
+
 def op_times(fn, updates: int, top: int) -> list[tuple[float, int, str]]:
     """(ms per update, count, op name) of the ops that took most time in one profiled `fn()`."""
     import tensorflow as tf
@@ -86,9 +113,11 @@ def main() -> None:
     from benchmarks.throughput import per_call, random_transitions
     from training.builder import build_run
 
+    peak = 0.0
     for dtype in (tf.float32, tf.bfloat16):
         peaks = {shape: matmul_gflops(dtype, *shape) for shape in [(256, 256, 256), (1024, 1024, 1024)]}
         print(f"matmul peak {dtype.name}: " + ", ".join(f"{'x'.join(map(str, s))} {g:.0f} GFLOP/s" for s, g in peaks.items()))
+        peak = peak or max(peaks.values())
 
     with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
         cfg = compose("config", overrides=a.overrides)
@@ -98,6 +127,13 @@ def main() -> None:
     batch_size, agent = int(cfg.batch_size), run.learner
     one = run.buffer.sample_batches(batch_size, 1)
     many = run.buffer.sample_batches(batch_size, a.k)
+    if True:  # one update traced again on this batch's own shapes (the compiled one leaves the batch size open)
+        first = type(one)(*(tf.convert_to_tensor(x[0]) for x in one))
+        own, called = matmul_flops(tf.function(agent.agent.update).get_concrete_function(first).graph)
+        every = int(cfg.agent.get("policy_delay", 1) or 1)  # a delayed step's functions run every `every`-th update
+        flops = own + called / every
+        print(f"\nmatmul work per update: {flops / 1e9:.3f} GFLOP ({own / 1e9:.3f} every update, {called / 1e9:.3f} in "
+              f"called functions, counted 1/{every}); at the float32 peak: {1e3 * flops / (peak * 1e9):.3f} ms (the floor)")
     ways = {"one call per update": lambda: [agent.update(one) for _ in range(a.k)],
             f"{a.k} fused in one call": lambda: agent.update(many)}
     for name, fn in ways.items():
