@@ -62,14 +62,14 @@ def updates_per_phase(run: DictConfig) -> int:
 
 def random_transitions(envs, n: int):
     """n transitions from real env steps with random actions, as the loop adds them."""
-    from training.loop import _transition_next_obs
+    from envs.factory import transition_next_obs
 
     obs, _ = envs.reset(seed=0)
     out = []
     for _ in range(max(1, n // envs.num_envs)):
         action = envs.action_space.sample()
         next_obs, reward, terminated, truncated, infos = envs.step(action)
-        out.append((obs, action, reward, _transition_next_obs(next_obs, infos, terminated | truncated), terminated, truncated))
+        out.append((obs, action, reward, transition_next_obs(next_obs, infos, terminated | truncated), terminated, truncated))
         obs = next_obs
     return out
 

@@ -118,3 +118,14 @@ def make_vector_env(
     envs = gym.wrappers.vector.RecordEpisodeStatistics(cls(fns, autoreset_mode=mode))
     envs.action_space.seed(seed)
     return envs
+
+
+def transition_next_obs(next_obs: np.ndarray, infos: dict, done: np.ndarray) -> np.ndarray:
+    """With same-step autoreset, a finished env's `next_obs` is already the next episode's first
+    observation; the true last observation is in `infos["final_obs"]`."""
+    if not done.any():
+        return next_obs
+    real = next_obs.copy()
+    for i in np.flatnonzero(done):
+        real[i] = infos["final_obs"][i]
+    return real

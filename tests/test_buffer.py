@@ -7,7 +7,7 @@ import pytest
 
 from buffers.uniform import UniformReplay
 from envs.factory import make_vector_env
-from training.loop import _transition_next_obs
+from envs.factory import transition_next_obs
 
 
 def filled(capacity=5, n=7, obs_dim=2, action_dim=1, gamma=0.9):
@@ -90,7 +90,7 @@ def test_vector_env_truncation_stores_the_final_observation_not_the_reset_one():
     for t in range(5):
         action = envs.action_space.sample()
         next_obs, reward, term, trunc, infos = envs.step(action)
-        real_next = _transition_next_obs(next_obs, infos, term | trunc)
+        real_next = transition_next_obs(next_obs, infos, term | trunc)
         buf.add(obs, action, reward, real_next, term, trunc)
         if t < 4:
             np.testing.assert_array_equal(real_next, next_obs)

@@ -13,6 +13,7 @@ from tqdm.auto import tqdm
 
 from agents.base import Learner, PolicyCheckpoints
 from buffers.types import Buffer
+from envs.factory import transition_next_obs
 from training.assessment import Assessment, assess
 from training.driven import GraphDriver
 from training.evaluation import evaluate
@@ -72,17 +73,6 @@ class LoopHooks:
 
     checkpoint: Callable[[LoopState, str], None] = lambda state, kind: None
     stop_requested: Callable[[], bool] = lambda: False
-
-
-def _transition_next_obs(next_obs: np.ndarray, infos: dict, done: np.ndarray) -> np.ndarray:
-    """With same-step autoreset, a finished env's `next_obs` is already the next episode's first
-    observation; the true last observation is in `infos["final_obs"]`."""
-    if not done.any():
-        return next_obs
-    real = next_obs.copy()
-    for i in np.flatnonzero(done):
-        real[i] = infos["final_obs"][i]
-    return real
 
 
 def initial_state(envs: gym.vector.VectorEnv, settings: LoopSettings) -> LoopState:
@@ -145,7 +135,7 @@ def train(
         action = learner.act(st.obs, explore=True) if learning else envs.action_space.sample()
         next_obs, reward, terminated, truncated, infos = envs.step(action)
         done = terminated | truncated
-        buffer.add(st.obs, action, reward, _transition_next_obs(next_obs, infos, done), terminated, truncated)
+        buffer.add(st.obs, action, reward, transition_next_obs(next_obs, infos, done), terminated, truncated)
         st.obs = next_obs
         st.step += num_envs
         bar.update(num_envs)
