@@ -127,13 +127,13 @@ def main() -> None:
     batch_size, agent = int(cfg.batch_size), run.learner
     one = run.buffer.sample_batches(batch_size, 1)
     many = run.buffer.sample_batches(batch_size, a.k)
-    if True:  # one update traced again on this batch's own shapes (the compiled one leaves the batch size open)
-        first = type(one)(*(tf.convert_to_tensor(x[0]) for x in one))
-        own, called = matmul_flops(tf.function(agent.agent.update).get_concrete_function(first).graph)
-        every = int(cfg.agent.get("policy_delay", 1) or 1)  # a delayed step's functions run every `every`-th update
-        flops = own + called / every
-        print(f"\nmatmul work per update: {flops / 1e9:.3f} GFLOP ({own / 1e9:.3f} every update, {called / 1e9:.3f} in "
-              f"called functions, counted 1/{every}); at the float32 peak: {1e3 * flops / (peak * 1e9):.3f} ms (the floor)")
+    # one update traced again on this batch's own shapes (the compiled one leaves the batch size open)
+    first = type(one)(*(tf.convert_to_tensor(x[0]) for x in one))
+    own, called = matmul_flops(tf.function(agent.agent.update).get_concrete_function(first).graph)
+    every = int(cfg.agent.get("policy_delay", 1) or 1)  # a delayed step's functions run every `every`-th update
+    flops = own + called / every
+    print(f"\nmatmul work per update: {flops / 1e9:.3f} GFLOP ({own / 1e9:.3f} every update, {called / 1e9:.3f} in "
+          f"called functions, counted 1/{every}); at the float32 peak: {1e3 * flops / (peak * 1e9):.3f} ms (the floor)")
     ways = {"one call per update": lambda: [agent.update(one) for _ in range(a.k)],
             f"{a.k} fused in one call": lambda: agent.update(many)}
     for name, fn in ways.items():

@@ -10,8 +10,8 @@ A checkpoint is a directory `<run_dir>/checkpoints/step_<step>/` holding
 Loading one executes no code: TensorFlow's checkpoint holds tensors, the buffer and the state are
 arrays read with `allow_pickle=False` and JSON. Checkpoints written before this format hold the
 state as `state.pkl`, a pickle; unpickling runs whatever code the file names, so no version
-loads it: resume refuses such a checkpoint, and evaluate.py, which needs only the agent, evaluates it. The checksums catch corruption, not a
-tampered directory.
+loads it: resume refuses such a checkpoint, and evaluate.py, which needs only the agent, evaluates
+it. The checksums catch corruption, not a tampered directory.
 A restore maps buffer.npz's large arrays instead of reading them (`npz_arrays`): the replay buffer
 copies them into its own preallocated rows, so a multi-GB buffer is never held twice in memory.
 It is assembled under a temporary name and renamed into place (atomic on POSIX), and meta.json
