@@ -33,6 +33,19 @@ def check_keras_backend(backend: str) -> None:
 check_keras_backend(keras.backend.backend())
 
 
+def vector_obs(obs_shape, agent: str) -> int:
+    """The size of a vector observation (a shape of one axis, or a size), or a ValueError naming
+    what takes images."""
+    shape = (int(obs_shape),) if np.ndim(obs_shape) == 0 else tuple(int(d) for d in obs_shape)
+    if len(shape) != 1:
+        raise ValueError(
+            f"{agent} takes vector observations, but this env's are images of shape {shape}. Image observations "
+            f"train with agent=dqn and a convolutional network (network=nature_cnn or network=impala_cnn); or pick an "
+            f"env with vector observations (env=dmc takes states by default)."
+        )
+    return shape[0]
+
+
 @dataclass(frozen=True)
 class PolicyCheckpoints:
     """TD7's policy checkpoints (sfujim/TD7's `maybe_train_and_checkpoint`; training/assessment.py
@@ -81,7 +94,7 @@ class Agent(Protocol):
     ACTION_KIND: ClassVar[str]  # "continuous" or "discrete": which action spaces the agent accepts
     needs: Needs  # what it asks of the runner beyond this protocol (most agents: Needs())
     acting: Forward  # the network acting runs, in numpy on the weights each update hands back
-    obs_dim: int
+    obs_shape: tuple[int, ...]  # one observation's: (obs_dim,) for vectors, (H, W, C) for images
     action_spec: tf.TensorSpec  # a batch's action column: (B, action_dim) float32 or (B,) int32
 
     def update(self, batch: Batch) -> dict[str, tf.Tensor]:

@@ -76,12 +76,13 @@ class ConcreteCall:
         return self.function.experimental_get_tracing_count()
 
 
-def batch_signature(obs_dim: int, action: tf.TensorSpec) -> Batch:
+def batch_signature(obs_shape: tuple[int, ...], action: tf.TensorSpec, obs_dtype=tf.float32) -> Batch:
+    """One batch's: observations as the acting network takes them (float32 vectors, uint8 images)."""
     return Batch(
-        obs=tf.TensorSpec([None, obs_dim], tf.float32, name="obs"),
+        obs=tf.TensorSpec([None, *obs_shape], obs_dtype, name="obs"),
         action=action,
         reward=tf.TensorSpec([None], tf.float32, name="reward"),
-        next_obs=tf.TensorSpec([None, obs_dim], tf.float32, name="next_obs"),
+        next_obs=tf.TensorSpec([None, *obs_shape], obs_dtype, name="next_obs"),
         discount=tf.TensorSpec([None], tf.float32, name="discount"),
         weight=tf.TensorSpec([None], tf.float32, name="weight"),
     )
@@ -110,7 +111,7 @@ class CompiledAgent:
         self.batch_shards = check_shards(batch_shards)
         for forward in self._forwards():
             forward.use_numpy(numpy_acting)
-        self.signature = batch_signature(agent.obs_dim, agent.action_spec)
+        self.signature = batch_signature(agent.obs_shape, agent.action_spec, agent.acting.obs_dtype)
         # one update as the step's loop body runs it: XLA-compiled in xla mode, so that the env steps
         # driven from inside a graph call (training.driven) get the fused update too
         self._body = (tf.function(self._update_in_context, input_signature=[self.signature], jit_compile=True)
@@ -231,7 +232,7 @@ class CompiledPopulation:
         self.agent = agent
         self.obs_norm = obs_norm
         agent.acting.use_numpy(numpy_acting)
-        obs = tf.TensorSpec([agent.population, agent.obs_dim], tf.float32, name="obs")
+        obs = tf.TensorSpec([agent.population, *agent.obs_shape], tf.float32, name="obs")
         self._act = compile_fn(agent.population_act, [obs], compile)
         self._evolve = compile_fn(agent.evolve, [tf.TensorSpec([agent.population], tf.float32, name="fitness")], compile)
 

@@ -23,7 +23,7 @@ from buffers.types import Batch
 class DDPG(DeterministicActor):
     def __init__(
         self,
-        obs_dim: int,
+        obs_shape: int | tuple[int, ...],
         action_low: np.ndarray,
         action_high: np.ndarray,
         network: Callable[..., keras.Model],
@@ -34,7 +34,7 @@ class DDPG(DeterministicActor):
         critic_l2: float = 0.0,
         exploration_noise: float = 0.1,
     ):
-        super().__init__(obs_dim, action_low, action_high, network, rng, actor_lr, exploration_noise)
+        super().__init__(obs_shape, action_low, action_high, network, rng, actor_lr, exploration_noise)
         self.tau = check_tau(tau)
         self.critic = self.critic_network(network, "critic", l2=critic_l2)
         self.critic_target = copy_of(self.critic, self.critic_network(network, "critic_target", l2=critic_l2))

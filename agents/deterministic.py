@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from agents import losses
 from agents.acting import Forward
-from agents.base import ActionBox, Needs, adam, copy_of, tf_seed
+from agents.base import ActionBox, Needs, adam, copy_of, tf_seed, vector_obs
 
 
 def box_action(box: ActionBox, unit: np.ndarray, rng: np.random.Generator, noise: float | None) -> np.ndarray:
@@ -28,10 +28,11 @@ class DeterministicActor:
     ACTION_KIND = "continuous"
     needs = Needs()
 
-    def __init__(self, obs_dim: int, action_low: np.ndarray, action_high: np.ndarray,
+    def __init__(self, obs_shape: int | tuple[int, ...], action_low: np.ndarray, action_high: np.ndarray,
                  network: Callable[..., keras.Model], rng: np.random.Generator, actor_lr: float,
                  exploration_noise: float):
-        self.obs_dim = int(obs_dim)
+        self.obs_dim = vector_obs(obs_shape, type(self).__name__)
+        self.obs_shape = (self.obs_dim,)
         self.box = ActionBox(action_low, action_high)
         self.action_dim, self.action_spec = self.box.dim, self.box.spec
         self.low, self.high, self.half_range = self.box.low, self.box.high, self.box.half_range

@@ -1,4 +1,5 @@
 """DQN (Mnih et al. 2015) with a target network, Huber or MSE loss, epsilon-greedy exploration,
+on vector observations (an MLP) or images (a CNN: network=nature_cnn, impala_cnn),
 and switches for Double DQN (van Hasselt et al. 2016); a dueling head (Wang et al. 2016) comes from
 `network=dueling_mlp`.
 
@@ -38,7 +39,7 @@ class DQN:
 
     def __init__(
         self,
-        obs_dim: int,
+        obs_shape: int | tuple[int, ...],
         num_actions: int,
         network: Callable[..., keras.Model],
         rng: np.random.Generator,
@@ -56,7 +57,8 @@ class DQN:
         checks.integer(target_update_every, "target_update_every", "an integer >= 1 (500: updates between copies)")
         for key, eps in (("eps_start", eps_start), ("eps_end", eps_end)):
             checks.number(eps, key, "in [0, 1]", lambda x: 0.0 <= x <= 1.0)
-        self.obs_dim, self.num_actions = int(obs_dim), int(num_actions)
+        self.obs_shape = (int(obs_shape),) if np.ndim(obs_shape) == 0 else tuple(int(d) for d in obs_shape)
+        self.num_actions = int(num_actions)
         self.action_spec = tf.TensorSpec([None], tf.int32, name="action")
         self.double, self.tau = bool(double), check_tau(tau)
         self.loss_fn = losses.huber if loss == "huber" else losses.mse
@@ -64,8 +66,8 @@ class DQN:
         self.eps_start, self.eps_end, self.eps_decay_steps = float(eps_start), float(eps_end), int(eps_decay_steps)
         self._rng = rng
 
-        self.q = network(self.obs_dim, self.num_actions, name="q")
-        self.q_target = copy_of(self.q, network(self.obs_dim, self.num_actions, name="q_target"))
+        self.q = network(self.obs_shape, self.num_actions, name="q")  # vectors or images, as the network takes
+        self.q_target = copy_of(self.q, network(self.obs_shape, self.num_actions, name="q_target"))
         self.optimizer = adam(lr)
         self.optimizer.build(self.q.trainable_variables)
         self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")

@@ -24,7 +24,7 @@ class PolicyModule(tf.Module):
         else:
             normalize = obs_norm.graph_fn()
             self._policy = lambda obs: agent.policy(normalize(obs))
-        self._obs_spec = tf.TensorSpec([None, agent.obs_dim], tf.float32, name="obs")
+        self._obs_spec = tf.TensorSpec([None, *agent.obs_shape], agent.acting.obs_dtype, name="obs")
         self.__call__.get_concrete_function(self._obs_spec)
 
     @tf.function(reduce_retracing=True)

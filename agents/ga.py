@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from agents import checks
 from agents.acting import Forward
-from agents.base import ActionBox, Needs, tf_seed
+from agents.base import ActionBox, Needs, tf_seed, vector_obs
 from networks.population import population_forward_fn
 
 SELECTIONS = ("tournament", "truncation")
@@ -64,7 +64,7 @@ class GA:
 
     def __init__(
         self,
-        obs_dim: int,
+        obs_shape: int | tuple[int, ...],
         network: Callable[..., keras.Model],
         rng: np.random.Generator,
         population: int = 50,
@@ -81,7 +81,9 @@ class GA:
         num_actions: int | None = None,
     ):
         _check(population, elites, selection, tournament_size, truncation, crossover, blx_alpha, mutation_std, episodes)
-        self.obs_dim, self.population, self.elites, self.episodes = int(obs_dim), int(population), int(elites), int(episodes)
+        self.obs_dim = vector_obs(obs_shape, "GA")
+        self.obs_shape = (self.obs_dim,)
+        self.population, self.elites, self.episodes = int(population), int(elites), int(episodes)
         self.selection, self.tournament_size, self.crossover = selection, int(tournament_size), crossover
         self.keep = max(1, round(float(truncation) * self.population))
         self.blx_alpha, self.mutation_std = float(blx_alpha), float(mutation_std)

@@ -37,7 +37,7 @@ def check_target_entropy(value, action_dim: int) -> float:
 class SAC(SquashedGaussianActor):
     def __init__(
         self,
-        obs_dim: int,
+        obs_shape: int | tuple[int, ...],
         action_low: np.ndarray,
         action_high: np.ndarray,
         network: Callable[..., keras.Model],
@@ -53,7 +53,7 @@ class SAC(SquashedGaussianActor):
         checks.choice(log_std, "log_std", sorted(losses.LOG_STD_MAPS),
                       " (clip: SB3's clamp to [-20, 2]; tanh: CleanRL's smooth bound into [-5, 2])")
         checks.number(init_alpha, "init_alpha", "a positive number (1.0 in SB3 and CleanRL)", lambda x: x > 0)
-        super().__init__(obs_dim, action_low, action_high, network, rng)
+        super().__init__(obs_shape, action_low, action_high, network, rng)
         self.log_std = losses.LOG_STD_MAPS[log_std]  # a plain function on the instance: tf or numpy in
         self.tau = check_tau(tau)
         self.target_entropy = check_target_entropy(target_entropy, self.action_dim)

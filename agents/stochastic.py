@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from agents import losses
 from agents.acting import Forward
-from agents.base import ActionBox, Needs, tf_seed
+from agents.base import ActionBox, Needs, tf_seed, vector_obs
 
 
 class SquashedGaussianActor:
@@ -20,9 +20,10 @@ class SquashedGaussianActor:
     needs = Needs()
     log_std = staticmethod(losses.bounded_log_std)  # the head's raw output -> log std, tf or numpy
 
-    def __init__(self, obs_dim: int, action_low: np.ndarray, action_high: np.ndarray,
+    def __init__(self, obs_shape: int | tuple[int, ...], action_low: np.ndarray, action_high: np.ndarray,
                  network: Callable[..., keras.Model], rng: np.random.Generator):
-        self.obs_dim = int(obs_dim)
+        self.obs_dim = vector_obs(obs_shape, type(self).__name__)
+        self.obs_shape = (self.obs_dim,)
         self.box = ActionBox(action_low, action_high)
         self.action_dim, self.action_spec = self.box.dim, self.box.spec
         self.low, self.high = self.box.low, self.box.high

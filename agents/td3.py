@@ -22,7 +22,7 @@ from buffers.types import Batch
 class TD3(DeterministicActor):
     def __init__(
         self,
-        obs_dim: int,
+        obs_shape: int | tuple[int, ...],
         action_low: np.ndarray,
         action_high: np.ndarray,
         network: Callable[..., keras.Model],
@@ -36,7 +36,7 @@ class TD3(DeterministicActor):
         exploration_noise: float = 0.1,
     ):
         policy_delay = checks.integer(policy_delay, "policy_delay", "an integer >= 1 (2 in TD3)")
-        super().__init__(obs_dim, action_low, action_high, network, rng, actor_lr, exploration_noise)
+        super().__init__(obs_shape, action_low, action_high, network, rng, actor_lr, exploration_noise)
         self.tau = check_tau(tau)
         self.policy_delay = int(policy_delay)
         self.target_noise, self.noise_clip = float(target_noise), float(noise_clip)

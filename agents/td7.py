@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from agents import checks, losses
 from agents.acting import Forward
-from agents.base import ActionBox, LapReplay, Needs, PolicyCheckpoints, adam, copy_of, tf_seed
+from agents.base import ActionBox, LapReplay, Needs, PolicyCheckpoints, adam, copy_of, tf_seed, vector_obs
 from agents.deterministic import box_action
 from buffers.types import Batch
 from networks import sale as sale_networks
@@ -36,7 +36,7 @@ class TD7:
     ACTION_KIND = "continuous"
     needs = Needs()  # its instances declare what their switches need
 
-    def __init__(self, obs_dim: int, action_low: np.ndarray, action_high: np.ndarray, network: SALE,
+    def __init__(self, obs_shape: int | tuple[int, ...], action_low: np.ndarray, action_high: np.ndarray, network: SALE,
                  rng: np.random.Generator, actor_lr: float = 3e-4, critic_lr: float = 3e-4, encoder_lr: float = 3e-4,
                  policy_delay: int = 2, target_update_every: int = 250, target_noise: float = 0.2,
                  noise_clip: float = 0.5, exploration_noise: float = 0.1, sale: bool = True,
@@ -57,7 +57,8 @@ class TD7:
         self.target_noise, self.noise_clip = float(target_noise), float(noise_clip)
         self.exploration_noise = float(exploration_noise)
 
-        self.obs_dim = int(obs_dim)
+        self.obs_dim = vector_obs(obs_shape, "TD7")
+        self.obs_shape = (self.obs_dim,)
         self.box = ActionBox(action_low, action_high)
         self.action_dim, self.action_spec = self.box.dim, self.box.spec
         self._rng = rng

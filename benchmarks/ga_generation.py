@@ -110,7 +110,7 @@ def main(argv=None) -> dict:
     discrete = isinstance(space, gym.spaces.Discrete)
     network = lambda i, o, **kw: mlp(i, o, hidden=args.hidden, **kw)  # noqa: E731
     kwargs = dict(num_actions=int(space.n)) if discrete else dict(action_low=space.low, action_high=space.high)
-    ga = GA(obs_dim=obs_dim, network=network, rng=rng, population=args.population, episodes=args.episodes, **kwargs)
+    ga = GA(obs_shape=(obs_dim,), network=network, rng=rng, population=args.population, episodes=args.episodes, **kwargs)
     population = CompiledPopulation(ga)
     envs = make_vector_env(args.env, args.population, seed=args.seed)
     for _ in range(args.warm):

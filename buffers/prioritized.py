@@ -38,7 +38,7 @@ class PrioritizedReplay(UniformReplay):
     def __init__(
         self,
         capacity: int,
-        obs_dim: int,
+        obs_shape: int | tuple[int, ...],
         action_dim: int,
         gamma: float,
         rng: np.random.Generator,
@@ -51,6 +51,8 @@ class PrioritizedReplay(UniformReplay):
         min_priority: float = 0.0,
         importance_weights: bool = True,
         max_reset_every: int = 0,
+        obs_dtype=np.float32,
+        frame_stack: int = 1,
     ):
         if alpha < 0:
             raise ValueError(f"buffer.alpha must be >= 0 (0 = uniform), got {alpha}")
@@ -65,7 +67,7 @@ class PrioritizedReplay(UniformReplay):
         if isinstance(max_reset_every, bool) or not isinstance(max_reset_every, int) or max_reset_every < 0:
             raise ValueError(f"buffer.max_reset_every must be an integer >= 0 (updates between resets of the largest "
                              f"priority; 0: never), got {max_reset_every!r}")
-        super().__init__(capacity, obs_dim, action_dim, gamma, rng, discrete_actions, n_step)
+        super().__init__(capacity, obs_shape, action_dim, gamma, rng, discrete_actions, n_step, obs_dtype, frame_stack)
         self.alpha, self.beta0, self.beta_steps, self.eps = float(alpha), float(beta), int(beta_steps), float(eps)
         self.min_priority, self.importance_weights = float(min_priority), importance_weights
         self.max_reset_every = max_reset_every
@@ -88,6 +90,13 @@ class PrioritizedReplay(UniformReplay):
         super().add(obs, action, reward, next_obs, terminated, truncated)
         self._tree.set(idx, np.full(n, self._max_priority**self.alpha))
         self._stored += n
+        self._exclude_unsampled()
+
+    def _exclude_unsampled(self) -> None:
+        """Priority 0 for the rows `unsampled` names (a full ring of frames): never drawn."""
+        skip = self.unsampled()
+        if skip:
+            self._tree.set((self._cursor + np.arange(skip)) % self.capacity, np.zeros(skip))
 
     def sample(self, batch_size: int) -> Batch:
         return self._sample(batch_size, 1)
@@ -104,6 +113,9 @@ class PrioritizedReplay(UniformReplay):
         total = self._tree.total
         values = (np.arange(batch_size) + self._rng.random((n, batch_size))) * (total / batch_size)
         idx = np.minimum(self._tree.find(values.reshape(-1)), len(self) - 1)
+        skip = self.unsampled()
+        if skip:  # round-off may land on a leaf of priority 0: the first row that may be sampled instead
+            idx = np.where((idx - self._cursor) % self.capacity < skip, (self._cursor + skip) % self.capacity, idx)
         probs = self._tree.get(idx) / total
         if self.importance_weights:
             weights = ((len(self) * probs) ** (-self.beta)).reshape(n, batch_size)
@@ -120,6 +132,7 @@ class PrioritizedReplay(UniformReplay):
         if p.shape[0] != self.last_indices.shape[0]:
             raise ValueError(f"got {p.shape[0]} TD errors for a batch of {self.last_indices.shape[0]}")
         self._tree.set(self.last_indices, p**self.alpha)
+        self._exclude_unsampled()
         self._max_priority = max(self._max_priority, float(p.max()))
         before, self._updates_seen = self._updates_seen, self._updates_seen + self._last_n
         if self.max_reset_every and before // self.max_reset_every != self._updates_seen // self.max_reset_every:

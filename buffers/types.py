@@ -15,10 +15,10 @@ class Batch(NamedTuple):
     transition keeps its full discount and the target still bootstraps from `next_obs`.
     """
 
-    obs: np.ndarray  # (B, obs_dim) float32
+    obs: np.ndarray  # (B, obs_dim) float32, or (B, H, W, C) uint8 images
     action: np.ndarray  # (B, action_dim) float32, or (B,) int32 for discrete actions
     reward: np.ndarray  # (B,) float32
-    next_obs: np.ndarray  # (B, obs_dim) float32
+    next_obs: np.ndarray  # as obs
     discount: np.ndarray  # (B,) float32
     weight: np.ndarray  # (B,) float32 importance-sampling weights (ones for uniform replay)
 

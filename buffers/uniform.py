@@ -2,13 +2,20 @@
 
 Every field of a transition lives in one row of a single float32 matrix, so a sample is one
 `np.take` of contiguous rows (the fastest layout measured on this machine class), and the
-fields are column slices of that block.
+fields are column slices of that block. Image observations (or any that are not float vectors)
+are kept apart, as frames stored once (`buffers.frames`), in their own dtype.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from buffers.frames import FrameStore
 from buffers.types import Batch, copy_rows, split_batch
+
+
+def obs_shape_of(obs_shape) -> tuple[int, ...]:
+    """An observation shape from a size (vectors) or a shape."""
+    return (int(obs_shape),) if np.ndim(obs_shape) == 0 else tuple(int(d) for d in obs_shape)
 
 
 class UniformReplay:
@@ -17,12 +24,14 @@ class UniformReplay:
     def __init__(
         self,
         capacity: int,
-        obs_dim: int,
+        obs_shape: int | tuple[int, ...],
         action_dim: int,
         gamma: float,
         rng: np.random.Generator,
         discrete_actions: bool = False,
         n_step: int = 1,
+        obs_dtype=np.float32,
+        frame_stack: int = 1,
     ):
         if capacity < 1:
             raise ValueError(f"buffer.capacity must be at least 1, got {capacity}")
@@ -31,7 +40,13 @@ class UniformReplay:
         if not 0.0 <= gamma <= 1.0:
             raise ValueError(f"gamma must lie in [0, 1], got {gamma}")
         self.capacity = int(capacity)
-        self.obs_dim = int(obs_dim)
+        self.obs_shape = obs_shape_of(obs_shape)
+        vectors = len(self.obs_shape) == 1 and frame_stack == 1 and np.issubdtype(obs_dtype, np.floating)
+        self.frames = None if vectors else FrameStore(self.capacity, self.obs_shape, obs_dtype, frame_stack)
+        self.obs_dim = self.obs_shape[0] if vectors else 0  # obs columns in the float matrix
+        if self.frames is not None and self.capacity <= self.frames.window(1):
+            raise ValueError(f"buffer.capacity={capacity} cannot hold stacks of {frame_stack} frames; use a larger one")
+        self._ended = np.zeros(0, bool)  # per env: whether its last added transition ended an episode
         self.action_dim = int(action_dim)
         self.gamma = float(gamma)
         self.discrete_actions = discrete_actions
@@ -57,17 +72,22 @@ class UniformReplay:
 
     def add(self, obs, action, reward, next_obs, terminated, truncated) -> None:
         """Add a batch of transitions, one row per environment (leading axis = num_envs)."""
-        obs = np.asarray(obs, dtype=np.float32).reshape(-1, self.obs_dim)
-        n = obs.shape[0]
-        if self._stride and n != self._stride and self.n_step > 1:
-            raise ValueError(f"n-step replay needs the same number of envs in every add ({self._stride}), got {n}")
+        n = np.asarray(reward).reshape(-1).shape[0]
+        if self._stride and n != self._stride and (self.n_step > 1 or self.frames is not None):
+            need = "n-step replay" if self.n_step > 1 else "replay of stored frames"
+            raise ValueError(f"{need} needs the same number of envs in every add ({self._stride}), got {n}")
         self._stride = n
         idx = (self._cursor + np.arange(n)) % self.capacity
         c, d = self._cols, self._data
-        d[idx, c["obs"]] = obs
+        if self.frames is not None:
+            starts = self._ended if len(self._ended) == n else np.ones(n, bool)
+            self.frames.add(idx, obs, next_obs, starts)
+            self._ended = np.asarray(terminated, bool).reshape(n) | np.asarray(truncated, bool).reshape(n)
+        else:
+            d[idx, c["obs"]] = np.asarray(obs, dtype=np.float32).reshape(n, self.obs_dim)
+            d[idx, c["next_obs"]] = np.asarray(next_obs, dtype=np.float32).reshape(n, self.obs_dim)
         d[idx, c["action"]] = np.asarray(action, dtype=np.float32).reshape(n, self.action_dim)
         d[idx, c["reward"]] = np.asarray(reward, dtype=np.float32).reshape(n)
-        d[idx, c["next_obs"]] = np.asarray(next_obs, dtype=np.float32).reshape(n, self.obs_dim)
         d[idx, c["terminated"]] = np.asarray(terminated, dtype=np.float32).reshape(n)
         d[idx, c["truncated"]] = np.asarray(truncated, dtype=np.float32).reshape(n)
         self._full = self._full or self._cursor + n >= self.capacity
@@ -80,12 +100,22 @@ class UniformReplay:
         if len(self) and self._stride:
             rows = (self._cursor - 1 - np.arange(self._stride)) % self.capacity
             self._data[rows, self._cols["truncated"]] = 1.0
+        if self.frames is not None:
+            self._ended = np.ones(max(self._stride, 1), bool)
 
     def sample(self, batch_size: int) -> Batch:
         if len(self) == 0:
             raise ValueError("cannot sample from an empty replay buffer")
-        idx = self._rng.integers(0, len(self), size=batch_size)
+        skip = self.unsampled()
+        idx = self._rng.integers(0, len(self) - skip, size=batch_size)
+        if skip:
+            idx = (idx + self._cursor + skip) % self.capacity
         return self._batch(idx, np.ones(batch_size, dtype=np.float32))
+
+    def unsampled(self) -> int:
+        """How many rows from the cursor on are never sampled: those of a full ring of frames
+        whose observations reach into overwritten rows (`buffers.frames`)."""
+        return self.frames.window(self._stride) if self.frames is not None and self._full else 0
 
     def sample_batches(self, batch_size: int, n: int) -> Batch:
         """n batches of batch_size stacked on a leading axis: one draw of n*batch_size indices, as
@@ -102,12 +132,12 @@ class UniformReplay:
         action = action[:, 0].astype(np.int32) if self.discrete_actions else np.ascontiguousarray(action)
         if self.n_step == 1:
             reward = np.ascontiguousarray(rows[:, c["reward"]])
-            next_obs = np.ascontiguousarray(rows[:, c["next_obs"]])
+            next_obs = self._next_obs(idx, rows)
             discount = (self.gamma * (1.0 - rows[:, c["terminated"]])).astype(np.float32)
         else:
             reward, next_obs, discount = self._n_step_return(idx)
         return Batch(
-            obs=np.ascontiguousarray(rows[:, c["obs"]]),
+            obs=self._obs(idx, rows),
             action=action,
             reward=reward,
             next_obs=next_obs,
@@ -140,26 +170,42 @@ class UniformReplay:
             terminated |= use & (d[row, c["terminated"]] > 0)
             alive &= use & ~ended
         discount = np.where(terminated, 0.0, scale)
-        return (
-            reward.astype(np.float32),
-            np.ascontiguousarray(d[last, c["next_obs"]]),
-            discount.astype(np.float32),
-        )
+        return reward.astype(np.float32), self._next_obs(last), discount.astype(np.float32)
+
+    def _obs(self, idx: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        if self.frames is not None:
+            return self.frames.obs(idx, max(self._stride, 1))
+        return np.ascontiguousarray(rows[:, self._cols["obs"]])
+
+    def _next_obs(self, idx: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        if self.frames is not None:
+            return self.frames.next_obs(idx, max(self._stride, 1))
+        rows = self._data[idx] if rows is None else rows
+        return np.ascontiguousarray(rows[:, self._cols["next_obs"]])
 
     def field(self, name: str) -> np.ndarray:
-        """The stored column(s) of one field over the filled rows, in storage order (for tests and tools)."""
+        """The stored column(s) of one field over the filled rows, in storage order (for tests and
+        tools); stored frames rebuilt into observations, zeros in the rows `unsampled` names."""
+        if self.frames is not None and name in ("obs", "next_obs"):
+            rows = np.arange(len(self))
+            out = self._obs(rows, None) if name == "obs" else self._next_obs(rows)
+            out[(rows - self._cursor) % self.capacity < self.unsampled()] = 0
+            return out
         return self._data[: len(self), self._cols[name]]
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """The buffer's contents and cursor. `data` is a view (no copy of a possibly multi-GB
         array): save it before the next `add`."""
-        return {
+        state = {
             "data": self._data[: len(self)],
             "cursor": np.asarray(self._cursor, dtype=np.int64),
             "full": np.asarray(self._full),
             "capacity": np.asarray(self.capacity, dtype=np.int64),
             "stride": np.asarray(self._stride, dtype=np.int64),
         }
+        if self.frames is not None:
+            state.update(self.frames.state_dict(len(self)), ended=self._ended)
+        return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         if int(state["capacity"]) != self.capacity or state["data"].shape[1] != self._data.shape[1]:
@@ -168,7 +214,13 @@ class UniformReplay:
                 f"{state['data'].shape[1]}, but this buffer has capacity {self.capacity} and row "
                 f"width {self._data.shape[1]}; build the buffer with the saved run's config"
             )
+        if (self.frames is not None) != ("frames" in state):
+            raise ValueError("replay buffer state and this buffer differ in how they keep observations (as frames "
+                             "or as vectors); build the buffer with the saved run's config")
         copy_rows(self._data, state["data"])
         self._cursor = int(state["cursor"])
         self._full = bool(state["full"])
         self._stride = int(state.get("stride", 0))
+        if self.frames is not None:
+            self.frames.load_state_dict(state)
+            self._ended = np.array(state["ended"], bool)

@@ -8,6 +8,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from envs.pixels import StackFrames
+
 
 class EnvConfigError(ValueError):
     """An environment request that cannot be met; the message names the fix."""
@@ -53,10 +55,11 @@ def check_action_space(space: gym.Space, action_kind: str, env_id: str, agent_na
         )
 
 
-def _make(env_id: str, max_episode_steps: int | None, kwargs: dict[str, Any]) -> gym.Env:
+def _make(env_id: str, max_episode_steps: int | None, kwargs: dict[str, Any], frame_stack: int = 1) -> gym.Env:
     _check_known(env_id)
     try:
-        return gym.make(env_id, max_episode_steps=max_episode_steps, **dict(kwargs or {}))
+        env = gym.make(env_id, max_episode_steps=max_episode_steps, **dict(kwargs or {}))
+        return StackFrames(env, frame_stack) if frame_stack > 1 else env
     except gym.error.DependencyNotInstalled as err:  # e.g. Box2D for CarRacing, LunarLander
         raise EnvConfigError(
             f"{env_id} needs a package that is not installed: {str(err).rstrip('.')}. In this project's environment "
@@ -66,7 +69,7 @@ def _make(env_id: str, max_episode_steps: int | None, kwargs: dict[str, Any]) ->
         raise EnvConfigError(f"cannot make {env_id} with env.kwargs={dict(kwargs or {})}: {err}") from err
 
 
-def _make_in_worker(env_id: str, max_episode_steps: int | None, kwargs: dict[str, Any]) -> gym.Env:
+def _make_in_worker(env_id: str, max_episode_steps: int | None, kwargs: dict[str, Any], frame_stack: int = 1) -> gym.Env:
     """`_make` in an async vector env's worker process, which leaves SIGINT and SIGTERM to the
     training process: Ctrl-C (or a cluster's SIGTERM) reaches the whole process group, and the
     training process must stop at a checkpoint and close its workers, not lose them mid-step."""
@@ -74,7 +77,7 @@ def _make_in_worker(env_id: str, max_episode_steps: int | None, kwargs: dict[str
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    return _make(env_id, max_episode_steps, kwargs)
+    return _make(env_id, max_episode_steps, kwargs, frame_stack)
 
 
 def make_env(
@@ -83,13 +86,15 @@ def make_env(
     max_episode_steps: int | None = None,
     kwargs: dict[str, Any] | None = None,
     render_mode: str | None = None,
+    frame_stack: int = 1,
 ) -> gym.Env:
-    """One environment with episode statistics, its action space seeded. Reset it with
+    """One environment with episode statistics, its action space seeded; with `frame_stack` > 1
+    its image observations are the last k frames (`envs.pixels.StackFrames`). Reset it with
     `env.reset(seed=...)` to seed the dynamics."""
     kw = dict(kwargs or {})
     if render_mode is not None:
         kw["render_mode"] = render_mode
-    env = gym.wrappers.RecordEpisodeStatistics(_make(env_id, max_episode_steps, kw))
+    env = gym.wrappers.RecordEpisodeStatistics(_make(env_id, max_episode_steps, kw, frame_stack))
     env.action_space.seed(seed)
     return env
 
@@ -101,6 +106,7 @@ def make_vector_env(
     max_episode_steps: int | None = None,
     kwargs: dict[str, Any] | None = None,
     vectorization: str = "sync",
+    frame_stack: int = 1,
 ) -> gym.vector.VectorEnv:
     """`num_envs` copies in gymnasium's vector API with same-step autoreset: when an episode ends,
     the step returns the first observation of the next one and the last observation of the old one
@@ -112,7 +118,7 @@ def make_vector_env(
     _check_known(env_id)
     # partials, not lambdas: a sync vector env stays picklable (checkpoints store it)
     make = _make if vectorization == "sync" else _make_in_worker
-    fns = [functools.partial(make, env_id, max_episode_steps, dict(kwargs or {})) for _ in range(num_envs)]
+    fns = [functools.partial(make, env_id, max_episode_steps, dict(kwargs or {}), frame_stack) for _ in range(num_envs)]
     mode = gym.vector.AutoresetMode.SAME_STEP
     cls = gym.vector.SyncVectorEnv if vectorization == "sync" else gym.vector.AsyncVectorEnv
     envs = gym.wrappers.vector.RecordEpisodeStatistics(cls(fns, autoreset_mode=mode))

@@ -7,8 +7,10 @@ arrays, and lists, tuples, deques and dicts of them: step counters, autoreset fl
 statistics, a classic-control env's `state`), every numpy Generator (as its bit generator's
 state), the RNG of every space, and a MuJoCo env's simulator data (each of MjData's arrays and its
 time: the state, the warm start, the controls and the derived quantities an env may read before
-its next step, as Ant's reward reads the torso's position). Objects of other kinds (models,
-renderers, specs) are what the config rebuilds. Nothing here unpickles: a checkpoint's envs
+its next step, as Ant's reward reads the torso's position). An env whose state lives in objects
+of its own kinds (a MinAtar game, the Arcade Learning Environment) declares it: it implements
+`OwnState`, and its `saved_state()` is kept as it is. Objects of other kinds (models, renderers,
+specs) are what the config rebuilds. Nothing here unpickles: a checkpoint's envs
 cannot run code when loaded. Async envs live in subprocesses and are not saved (resume resets
 them). (Checkpoints before this format pickled the envs; they are never loaded.)
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import copy
 from collections import deque
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
@@ -30,6 +32,17 @@ BIT_GENERATORS = {name: getattr(np.random, name) for name in ("PCG64", "PCG64DXS
 
 class EnvStateError(ValueError):
     """Saved env state that does not fit the envs this run built."""
+
+
+@runtime_checkable
+class OwnState(Protocol):
+    """An env that saves state the generic walk cannot see (it lives in objects of the env's own)."""
+
+    def saved_state(self) -> dict[str, Any]:
+        """That state as plain data."""
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        """Write `saved_state`'s record back."""
 
 
 def _plain(value: Any) -> bool:
@@ -96,6 +109,8 @@ def _is_env(value: Any) -> bool:
 
 def _node_state(obj: Any) -> dict:
     node = {"type": type(obj).__name__, "attrs": {}, "generators": {}, "spaces": {}, "mujoco": {}, "envs": {}}
+    if isinstance(obj, OwnState):
+        node["own"] = obj.saved_state()
     for name, value in vars(obj).items():
         if name in _NOT_STATE:
             continue
@@ -140,6 +155,10 @@ def _set_node_state(obj: Any, node: dict, where: str) -> None:
         if type(data).__name__ != "MjData":
             raise EnvStateError(f"{where}.{name} held MuJoCo data when saved, but does not in this run")
         _set_mjdata_state(data, state)
+    if "own" in node:
+        if not isinstance(obj, OwnState):
+            raise EnvStateError(f"{where} saved state of its own when saved, but this run's cannot take it")
+        obj.restore_state(node["own"])
 
 
 def _async(envs) -> bool:

@@ -67,14 +67,16 @@ def floor_follower(model, data) -> Callable[[np.ndarray], None]:
     return move
 
 
-def _render_worker(conn, env_id: str, max_episode_steps, kwargs: dict, seed: int, episodes: int, prefix: str) -> None:
+def _render_worker(conn, env_id: str, max_episode_steps, kwargs: dict, seed: int, episodes: int, prefix: str,
+                   frame_stack: int = 1) -> None:
     os.environ.setdefault("MUJOCO_GL", "egl")
     import imageio.v2 as imageio
 
     from envs.factory import make_env
 
     try:
-        env = make_env(env_id, seed=seed, max_episode_steps=max_episode_steps, kwargs=kwargs, render_mode="rgb_array")
+        env = make_env(env_id, seed=seed, max_episode_steps=max_episode_steps, kwargs=kwargs, render_mode="rgb_array",
+                       frame_stack=frame_stack)
         fps = int(env.metadata.get("render_fps", 30))
         follow = camera_follower(env) or (lambda: None)
 
@@ -105,12 +107,14 @@ def _render_worker(conn, env_id: str, max_episode_steps, kwargs: dict, seed: int
 
 
 def record_videos(policy: Callable[[np.ndarray], np.ndarray], env_id: str, seed: int, episodes: int, prefix: str,
-                  max_episode_steps: int | None = None, kwargs: dict[str, Any] | None = None) -> dict:
+                  max_episode_steps: int | None = None, kwargs: dict[str, Any] | None = None,
+                  frame_stack: int = 1) -> dict:
     """Run `episodes` episodes of `policy` (one observation in, one action out) and write
     `<prefix><i>.mp4` for each. Returns {"paths": [...], "returns": [...]}."""
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_render_worker, args=(child, env_id, max_episode_steps, dict(kwargs or {}), seed, episodes, prefix))
+    proc = ctx.Process(target=_render_worker, args=(child, env_id, max_episode_steps, dict(kwargs or {}), seed, episodes,
+                                                     prefix, frame_stack))
     proc.start()
     try:
         while True:

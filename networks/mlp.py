@@ -5,6 +5,7 @@ import math
 from collections.abc import Sequence
 
 import keras
+import numpy as np
 
 from networks import precision
 from networks.batch_renorm import BatchRenorm, check_renorm
@@ -49,8 +50,17 @@ class Dense(keras.layers.Dense):
         return x if self.activation is None else self.activation(x)
 
 
+def input_size(input_dim) -> int:
+    """A dense network's input size, given as a size or as a shape of one axis."""
+    shape = (input_dim,) if isinstance(input_dim, (int, np.integer)) else tuple(input_dim)
+    if len(shape) != 1:
+        raise ValueError(f"a dense network takes vectors, not inputs of shape {shape}; images need a convolutional "
+                         f"network (network=nature_cnn or network=impala_cnn)")
+    return int(shape[0])
+
+
 def mlp(
-    input_dim: int,
+    input_dim: int | Sequence[int],
     output_dim: int,
     hidden: Sequence[int] = (256, 256),
     activation: str = "relu",
@@ -82,6 +92,7 @@ def mlp(
                          f"got {list(hidden)}")
     if batch_renorm:
         check_renorm(renorm_momentum, renorm_epsilon, renorm_warmup)
+    input_dim = input_size(input_dim)
     regularizer = weight_decay(l2)
     inputs = keras.Input(shape=(int(input_dim),), name=f"{name}_in")
 
@@ -102,7 +113,7 @@ def mlp(
 
 
 def dueling_mlp(
-    input_dim: int,
+    input_dim: int | Sequence[int],
     output_dim: int,
     hidden: Sequence[int] = (256, 256),
     activation: str = "relu",
@@ -117,6 +128,7 @@ def dueling_mlp(
         raise ValueError("a dueling head outputs Q-values; it takes no output activation (use network=mlp for actors)")
     if not hidden or any(int(h) < 1 for h in hidden):
         raise ValueError(f"network.hidden must be a non-empty list of positive sizes, got {list(hidden)}")
+    input_dim = input_size(input_dim)
     regularizer = weight_decay(l2)
     inputs = keras.Input(shape=(int(input_dim),), name=f"{name}_in")
     x, fan_in = inputs, int(input_dim)

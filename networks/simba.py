@@ -15,9 +15,11 @@ a network whose name starts with "actor" takes `actor_width` and `actor_blocks`.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import keras
 
-from networks.mlp import Dense, weight_decay
+from networks.mlp import Dense, input_size, weight_decay
 from networks.sharding import Network
 
 LAYER_NORM_EPSILON = 1e-6  # flax.linen.LayerNorm's default (Keras' is 1e-3)
@@ -43,7 +45,7 @@ def residual_block(x, width: int, name: str, regularizer=None):
 
 
 def simba(
-    input_dim: int,
+    input_dim: int | Sequence[int],
     output_dim: int,
     width: int = 512,
     blocks: int = 2,
@@ -57,7 +59,8 @@ def simba(
     actor = name.startswith("actor")
     width, blocks = check_shape(actor_width, actor_blocks, "actor_") if actor else check_shape(width, blocks, "")
     regularizer = weight_decay(l2)
-    inputs = keras.Input(shape=(int(input_dim),), name=f"{name}_in")
+    input_dim = input_size(input_dim)
+    inputs = keras.Input(shape=(input_dim,), name=f"{name}_in")
     x = Dense(width, kernel_initializer=keras.initializers.Orthogonal(1.0), kernel_regularizer=regularizer,
               name=f"{name}_embed")(inputs)
     for i in range(blocks):

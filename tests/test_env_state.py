@@ -21,7 +21,7 @@ def through_files(tree, tmp_path):
     return plaindata.read(str(tmp_path / "state.json"), str(tmp_path / "state.npz"))
 
 
-@pytest.mark.parametrize("env_id", ["Ant-v5", "Hopper-v5", "Pendulum-v1", "CartPole-v1", "Gridworld-v0"])
+@pytest.mark.parametrize("env_id", ["Ant-v5", "Hopper-v5", "Pendulum-v1", "CartPole-v1", "Gridworld-v0", "MinAtar-v1"])
 def test_restored_envs_continue_exactly(env_id, tmp_path):
     """Into envs rebuilt from the same arguments, never reset: 150 steps cross episode ends
     (terminations, CartPole's and the Gridworld's within a few dozen steps), then an unseeded reset

@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def small_ga(population=6, network=None, discrete=True, **kwargs):
     network = network or (lambda i, o, **kw: mlp(i, o, hidden=[5], **kw))
     space = dict(num_actions=3) if discrete else dict(action_low=np.array([-2.0, 0.0]), action_high=np.array([2.0, 1.0]))
-    return GA(obs_dim=4, network=network, rng=np.random.default_rng(0), population=population, **space, **kwargs)
+    return GA(obs_shape=(4,), network=network, rng=np.random.default_rng(0), population=population, **space, **kwargs)
 
 
 # --- operators --------------------------------------------------------------------------------
@@ -230,7 +230,7 @@ def test_a_generation_in_graph_scores_as_the_vector_env_does():
     from envs.factory import make_vector_env
     from training.evolution import generation_in_graph, run_generation
 
-    ga = GA(obs_dim=4, network=lambda i, o, **kw: mlp(i, o, hidden=[8], **kw), rng=np.random.default_rng(3),
+    ga = GA(obs_shape=(4,), network=lambda i, o, **kw: mlp(i, o, hidden=[8], **kw), rng=np.random.default_rng(3),
             population=8, episodes=2, num_actions=2, mutation_std=0.5)
     population = CompiledPopulation(ga)
     envs = make_vector_env("CartPole-v1", 8, seed=0)

@@ -55,17 +55,12 @@ def agent_class(cfg: DictConfig) -> type:
 
 def build_agent(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, rng: np.random.Generator) -> Agent:
     """The algorithm of `cfg` (its maths, uncompiled), sized for these spaces."""
-    if len(obs_space.shape) != 1:
-        raise ConfigError(
-            f"{cfg.env.id} has observations of shape {obs_space.shape}; network={network_name(cfg)} takes flat "
-            f"vectors (the networks here are dense: mlp, dueling_mlp, simba). Flatten them with a wrapper "
-            f"(gymnasium.wrappers.FlattenObservation) or pick an env with vector observations."
-        )
+    check_network_fits(cfg, obs_space)
     network = network_node(cfg)
     check_settings(network, "network")
     check_settings(cfg.agent, "agent")
     builder = _instantiate(network, f"network {network._target_}")  # a partial (mlp), or an object (sale)
-    kwargs: dict = {"obs_dim": int(obs_space.shape[0]), "network": builder, "rng": rng}
+    kwargs: dict = {"obs_shape": tuple(int(d) for d in obs_space.shape), "network": builder, "rng": rng}
     if isinstance(action_space, gym.spaces.Box):
         kwargs.update(action_low=action_space.low, action_high=action_space.high)
     else:
@@ -75,6 +70,34 @@ def build_agent(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, 
 
 def network_name(cfg: DictConfig) -> str:
     return str(cfg.network._target_).rsplit(".", 1)[-1]
+
+
+def takes_images(cfg: DictConfig) -> bool:
+    """Whether the network group is a convolutional one (networks/cnn.py), which takes images."""
+    return str(cfg.network._target_).startswith("networks.cnn.")
+
+
+def check_network_fits(cfg: DictConfig, obs_space: gym.Space) -> None:
+    """Images (H, W, C) need a convolutional network, vectors a dense one."""
+    shape = tuple(obs_space.shape or ())
+    images, cnn = len(shape) == 3, takes_images(cfg)
+    if images and not cnn:
+        raise ConfigError(
+            f"{cfg.env.id} gives image observations of shape {shape}, but network={network_name(cfg)} is a dense "
+            f"network, which takes vectors. Use a convolutional one: network=nature_cnn (84x84 frames), "
+            f"network=minatar_cnn (MinAtar's 10x10) or network=impala_cnn."
+        )
+    if cnn and not images:
+        raise ConfigError(
+            f"network={network_name(cfg)} is a convolutional network for images (H, W, C), but {cfg.env.id} gives "
+            f"observations of shape {shape}. Use a dense network for them (network=mlp), or an env with pixels."
+        )
+    if not images and len(shape) != 1:
+        raise ConfigError(
+            f"{cfg.env.id} has observations of shape {shape}; network={network_name(cfg)} takes flat vectors (and "
+            f"the convolutional networks, nature_cnn, minatar_cnn and impala_cnn, take images (H, W, C)). Flatten "
+            f"them with a wrapper (gymnasium.wrappers.FlattenObservation) or pick an env with vector observations."
+        )
 
 
 def network_node(cfg: DictConfig) -> DictConfig:
@@ -117,7 +140,10 @@ def build_learner(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space
     """The agent of `cfg`, its update compiled with the run's speed settings."""
     speed = speed or decide_speed(cfg)
     agent = build_agent(cfg, obs_space, action_space, rng)
-    obs_norm = RunningNormalizer(agent.obs_dim) if uses_obs_norm(cfg) else None
+    if uses_obs_norm(cfg) and len(agent.obs_shape) != 1:
+        raise ConfigError("network.obs_norm=true keeps running statistics of vector observations; images are scaled "
+                          "by 1/255 in the network. Set network.obs_norm=false.")
+    obs_norm = RunningNormalizer(agent.obs_shape[0]) if uses_obs_norm(cfg) else None
     if agent.needs.population:
         try:
             return CompiledPopulation(agent, compile=speed.compile, numpy_acting=speed.numpy_acting, obs_norm=obs_norm)
@@ -169,7 +195,7 @@ def describe(cfg: DictConfig) -> dict:
 def eval_env_args(cfg: DictConfig) -> dict:
     """Time limit and kwargs of evaluation episodes: `env.eval_max_episode_steps` when set."""
     limit = cfg.env.get("eval_max_episode_steps") or cfg.env.max_episode_steps
-    return dict(max_episode_steps=limit, kwargs=cfg.env.kwargs)
+    return dict(max_episode_steps=limit, kwargs=cfg.env.kwargs, frame_stack=frame_stack(cfg))
 
 
 def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
@@ -179,7 +205,7 @@ def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
     configure_devices()
     rng = seed_everything(int(cfg.seed), deterministic=bool(cfg.deterministic))
     cls = agent_class(cfg)
-    env_args = dict(max_episode_steps=cfg.env.max_episode_steps, kwargs=cfg.env.kwargs)
+    env_args = dict(max_episode_steps=cfg.env.max_episode_steps, kwargs=cfg.env.kwargs, frame_stack=frame_stack(cfg))
     eval_env = make_env(cfg.env.id, seed=eval_seed(cfg), **eval_env_args(cfg))
     check_action_space(eval_env.action_space, cls.ACTION_KIND, cfg.env.id, cls.__name__)
     if cls.needs.population:  # one env per individual, no replay buffer
@@ -304,11 +330,22 @@ def build_buffer(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space,
     return _instantiate(
         cfg.buffer,
         cfg.buffer._target_,
-        obs_dim=int(obs_space.shape[0]),
+        obs_shape=tuple(int(d) for d in obs_space.shape),
         action_dim=1 if discrete else int(action_space.shape[0]),
         discrete_actions=discrete,
         rng=rng,
+        obs_dtype=obs_space.dtype,
+        frame_stack=frame_stack(cfg),
     )
+
+
+def frame_stack(cfg: DictConfig) -> int:
+    """Frames per observation (env.frame_stack: 4 for Atari; 1, or absent, for the rest)."""
+    value = cfg.env.get("frame_stack", 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"env.frame_stack must be an integer >= 1 (4 for Atari: the last 4 frames make an "
+                          f"observation), got {value!r}")
+    return value
 
 
 def population_settings(cfg: DictConfig, episodes: int) -> EvolutionSettings:

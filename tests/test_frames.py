@@ -1,0 +1,153 @@
+"""Frames stored once (buffers/frames.py): every observation a sample can return is the one the env
+gave, across episode ends, truncations, several envs and a ring that has wrapped."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from buffers.prioritized import PrioritizedReplay
+from buffers.uniform import UniformReplay
+
+H, W, C = 3, 2, 2
+
+
+class Stream:
+    """`envs` envs whose observations are the last `stack` random frames (H, W, C), padded with
+    zeros at an episode's start (as SB3's frame stack pads: no repetition to lean on)."""
+
+    def __init__(self, envs: int, stack: int, seed: int):
+        self.rng, self.envs, self.stack = np.random.default_rng(seed), envs, stack
+        self.history = [self._reset() for _ in range(envs)]
+
+    def _reset(self):
+        return [np.zeros((H, W, C), np.uint8)] * (self.stack - 1) + [self._frame()]
+
+    def _frame(self):
+        return self.rng.integers(1, 256, (H, W, C), dtype=np.uint8)
+
+    def obs(self):
+        return np.stack([np.concatenate(h[-self.stack:], axis=-1) for h in self.history])
+
+    def step(self):
+        """(obs, next_obs, terminated, truncated): next_obs is the real next observation (the
+        final one at an episode's end), and the envs reset where an episode ended."""
+        obs = self.obs()
+        for h in self.history:
+            h.append(self._frame())
+        next_obs = self.obs()
+        ended = self.rng.random(self.envs) < 0.15
+        terminated = ended & (self.rng.random(self.envs) < 0.5)
+        for i in np.flatnonzero(ended):
+            self.history[i] = self._reset()
+        return obs, next_obs, terminated, ended & ~terminated
+
+
+def fill(buf, stream, steps):
+    """Add `steps` steps; returns the obs and next_obs each row holds, as a plain copy would."""
+    obs_at, next_at = {}, {}
+    for _ in range(steps):
+        obs, next_obs, terminated, truncated = stream.step()
+        rows = (buf._cursor + np.arange(stream.envs)) % buf.capacity
+        buf.add(obs, np.zeros((stream.envs, 1)), np.ones(stream.envs), next_obs, terminated, truncated)
+        for r, o, n in zip(rows, obs, next_obs):
+            obs_at[r], next_at[r] = o, n
+    return obs_at, next_at
+
+
+def sampleable(buf):
+    if not buf._full:
+        return list(range(len(buf)))
+    skip = buf.unsampled()
+    return [(buf._cursor + skip + i) % buf.capacity for i in range(len(buf) - skip)]
+
+
+@pytest.mark.parametrize("stack,envs,steps", [(4, 1, 30), (4, 3, 30), (1, 2, 40), (4, 3, 7), (2, 1, 200)])
+def test_every_sampleable_row_rebuilds_what_the_env_gave(stack, envs, steps):
+    buf = UniformReplay(48, (H, W, stack * C), 1, 0.9, np.random.default_rng(0), obs_dtype=np.uint8, frame_stack=stack)
+    obs_at, next_at = fill(buf, Stream(envs, stack, seed=stack + envs), steps)
+    rows = np.array(sampleable(buf))
+    assert buf._full == (steps * envs >= 48)
+    np.testing.assert_array_equal(buf.frames.obs(rows, envs), np.stack([obs_at[r] for r in rows]))
+    np.testing.assert_array_equal(buf.frames.next_obs(rows, envs), np.stack([next_at[r] for r in rows]))
+    batch = buf.sample(64)
+    assert batch.obs.dtype == np.uint8 and batch.obs.shape == (64, H, W, stack * C)
+    assert set(np.flatnonzero([any((batch.obs[i] == obs_at[r]).all() for r in rows) for i in range(64)])) == set(range(64))
+
+
+def test_a_full_ring_samples_only_the_rows_it_can_rebuild():
+    buf = UniformReplay(20, (H, W, 4 * C), 1, 0.9, np.random.default_rng(0), obs_dtype=np.uint8, frame_stack=4)
+    obs_at, _ = fill(buf, Stream(2, 4, seed=1), 25)
+    assert buf.unsampled() == 8  # stack 4 x 2 envs
+    rows = sampleable(buf)
+    assert len(rows) == 12
+    seen = set()
+    for _ in range(30):
+        for o in buf.sample(16).obs:
+            match = [r for r in rows if (o == obs_at[r]).all()]
+            assert match, "a sample whose observation no sampleable row holds"
+            seen.add(match[0])
+    assert seen == set(rows)
+
+
+def test_prioritized_frames_give_the_unsampled_rows_no_priority():
+    buf = PrioritizedReplay(20, (H, W, 4 * C), 1, 0.9, np.random.default_rng(0), obs_dtype=np.uint8, frame_stack=4)
+    obs_at, _ = fill(buf, Stream(1, 4, seed=2), 33)
+    window = [(buf._cursor + i) % 20 for i in range(4)]
+    assert np.all(buf._tree.get(np.array(window)) == 0)
+    batch = buf.sample(64)
+    assert not set(buf.last_indices.tolist()) & set(window)
+    buf.update_priorities(np.full(64, 5.0))
+    assert np.all(buf._tree.get(np.array(window)) == 0)
+    for i, r in enumerate(buf.last_indices):
+        np.testing.assert_array_equal(batch.obs[i], obs_at[r])
+
+
+def test_n_step_bootstraps_from_the_stored_frames_of_the_last_row():
+    stack, envs = 4, 2
+    buf = UniformReplay(64, (H, W, stack * C), 1, 0.9, np.random.default_rng(0), obs_dtype=np.uint8,
+                        frame_stack=stack, n_step=3)
+    _, next_at = fill(buf, Stream(envs, stack, seed=5), 20)
+    rows = np.arange(len(buf))
+    reward, next_obs, discount = buf._n_step_return(rows)
+    terminated, truncated = buf.field("terminated"), buf.field("truncated")
+    for r in rows:  # walk the env's stream by hand: up to 3 rows, stopping at an episode's end or the newest
+        last = r
+        for k in range(3):
+            row = r + k * envs
+            if row >= len(buf):
+                break
+            last = row
+            if terminated[row] or truncated[row]:
+                break
+        np.testing.assert_array_equal(next_obs[r], next_at[last])
+
+
+def test_state_dict_round_trip_resumes_the_same_samples_and_adds():
+    stream = Stream(3, 4, seed=7)
+    make = lambda: UniformReplay(30, (H, W, 4 * C), 1, 0.9, np.random.default_rng(3), obs_dtype=np.uint8,  # noqa: E731
+                                 frame_stack=4)
+    buf = make()
+    fill(buf, stream, 14)
+    copy = make()
+    copy.load_state_dict({k: np.array(v) for k, v in buf.state_dict().items()})
+    copy._rng.bit_generator.state = buf._rng.bit_generator.state
+    for _ in range(5):  # the same adds into both: the episodes running at the save go on in the copy
+        step = stream.step()
+        for b in (buf, copy):
+            b.add(step[0], np.zeros((3, 1)), np.ones(3), step[1], step[2], step[3])
+    for a, b in zip(buf.sample(40), copy.sample(40)):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(buf.field("obs"), copy.field("obs"))
+
+
+def test_frames_are_stored_once():
+    """Memory: a stored row is one frame (plus a few integers), not 2 x stack of them."""
+    buf = UniformReplay(1000, (84, 84, 4), 1, 0.99, np.random.default_rng(0), obs_dtype=np.uint8, frame_stack=4)
+    assert buf.frames.frames.nbytes == 1000 * 84 * 84
+    assert buf._data.nbytes + buf.frames.step.nbytes + buf.frames.slot.nbytes < 0.01 * buf.frames.frames.nbytes
+
+
+@pytest.mark.parametrize("shape,stack,problem", [((3, 2, 6), 4, "not 4 stacked frames"), ((8,), 0, "frame_stack")])
+def test_bad_frame_settings_are_named(shape, stack, problem):
+    with pytest.raises(ValueError, match=problem):
+        UniformReplay(30, shape, 1, 0.9, np.random.default_rng(0), obs_dtype=np.uint8, frame_stack=stack)
