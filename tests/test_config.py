@@ -11,7 +11,9 @@ from omegaconf import OmegaConf
 from training.builder import build_run
 
 CONF = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
-DISCRETE_ENVS = {"cartpole", "acrobot", "mountaincar", "gridworld"}
+PIXEL_ENVS = {"minatar", "atari"}
+DISCRETE_ENVS = {"cartpole", "acrobot", "mountaincar", "gridworld"} | PIXEL_ENVS
+CNNS = {"nature_cnn", "minatar_cnn", "impala_cnn"}
 
 
 def options(group):
@@ -20,8 +22,12 @@ def options(group):
 
 def valid_combinations():
     for agent, network, buffer, env in itertools.product(options("agent"), options("network"), options("buffer"), options("env")):
+        if (network in CNNS) != (env in PIXEL_ENVS):
+            continue  # images take a CNN, vectors a dense network: refused with a message (test_train_cli)
+        if (network, env) in {("nature_cnn", "minatar"), ("minatar_cnn", "atari")}:
+            continue  # Nature's 8x8 stride-4 layers do not fit 10x10 (refused); MinAtar's on 84x84 is 14M weights
         if agent == "ga":  # either kind of action; no replay buffer (buffer=prioritized is refused: test_ga)
-            if buffer == "uniform" and network not in ("dueling_mlp", "sale"):
+            if buffer == "uniform" and network not in ("dueling_mlp", "sale", *CNNS):
                 yield agent, network, buffer, env
             continue
         discrete_agent = agent == "dqn"
@@ -68,10 +74,10 @@ def test_the_cover_holds_every_agent_network_buffer_and_every_pair():
 
 def test_groups_have_the_expected_options():
     assert {"td3", "ddpg", "dqn", "sac"} <= set(options("agent"))
-    assert {"mlp", "dueling_mlp"} <= set(options("network"))
+    assert {"mlp", "dueling_mlp", "nature_cnn", "impala_cnn", "minatar_cnn"} <= set(options("network"))
     assert {"uniform", "prioritized"} <= set(options("buffer"))
     assert {"pendulum", "inverted_pendulum", "reacher", "hopper", "halfcheetah", "walker2d", "ant", "humanoid",
-            "cartpole", "acrobot", "mountaincar", "gridworld"} <= set(options("env"))
+            "cartpole", "acrobot", "mountaincar", "gridworld", "minatar", "atari"} <= set(options("env"))
 
 
 @pytest.mark.parametrize("agent,network,buffer,env", list(combinations()))

@@ -109,6 +109,21 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
         (["agent=dqn", "env=cartpole", "env.id=FrozenLake-v1", "network=simba"],
          "FrozenLake-v1 has observations of shape (); network=simba takes flat vectors"),
         (["updates_per_step=abc"], "updates_per_step must be a number, got 'abc'"),
+        (["agent=dqn", "env=minatar", "env.game=pong"], "MinAtar has no game 'pong'; its games are asterix, breakout"),
+        (["agent=dqn", "env=atari", "env.game=Breakou"], "has no game 'Breakou'. Did you mean Breakout"),
+        (["agent=td3", "env=minatar"], "TD3 needs a continuous (Box) action space"),
+        (["agent=sac", "env=atari"], "SAC needs a continuous (Box) action space"),
+        (["agent=dqn", "env=minatar", "network=mlp"], "gives image observations of shape (10, 10, 4), but the network "
+                                                      "(networks.mlp.mlp) is a dense one"),
+        (["agent=dqn", "env=cartpole", "network=nature_cnn"], "is a convolutional one, for images (H, W, C), but "
+                                                              "CartPole-v1 gives observations of shape (4,)"),
+        (["agent=dqn", "env=minatar", "network=nature_cnn"], "network.convs layer 1 (4x4) does not fit its 1x1 input"),
+        (["agent=dqn", "env=minatar", "network.convs=[[16,3]]"], "network.convs must be a non-empty list of [filters, "),
+        (["agent=dqn", "env=minatar", "env.frame_stack=0"], "env.frame_stack must be an integer >= 1"),
+        (["agent=dqn", "env=minatar", "network.obs_norm=true"], "network.obs_norm=true keeps running statistics of "
+                                                                "vector observations"),
+        (["agent=dqn", "env=cartpole", "eval_epsilon=2"], "eval_epsilon must be a number in [0, 1]"),
+        (["eval_epsilon=0.05"], "eval_epsilon=0.05 takes random actions in evaluation, which is for discrete"),
         (["gamma=abc"], "gamma must be a number, got 'abc'"),
         (["agent=dqn", "env=cartpole", "buffer=prioritized", "buffer.alpha=abc"], "buffer.alpha must be a number"),
         (["seed=abc"], "seed must be an integer in [0, 2**31), got 'abc'"),

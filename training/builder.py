@@ -83,14 +83,14 @@ def check_network_fits(cfg: DictConfig, obs_space: gym.Space) -> None:
     images, cnn = len(shape) == 3, takes_images(cfg)
     if images and not cnn:
         raise ConfigError(
-            f"{cfg.env.id} gives image observations of shape {shape}, but network={network_name(cfg)} is a dense "
-            f"network, which takes vectors. Use a convolutional one: network=nature_cnn (84x84 frames), "
+            f"{cfg.env.id} gives image observations of shape {shape}, but the network ({cfg.network._target_}) is a "
+            f"dense one, which takes vectors. Use a convolutional one: network=nature_cnn (84x84 frames), "
             f"network=minatar_cnn (MinAtar's 10x10) or network=impala_cnn."
         )
     if cnn and not images:
         raise ConfigError(
-            f"network={network_name(cfg)} is a convolutional network for images (H, W, C), but {cfg.env.id} gives "
-            f"observations of shape {shape}. Use a dense network for them (network=mlp), or an env with pixels."
+            f"the network ({cfg.network._target_}) is a convolutional one, for images (H, W, C), but {cfg.env.id} "
+            f"gives observations of shape {shape}. Use a dense network for them (network=mlp), or an env with pixels."
         )
     if not images and len(shape) != 1:
         raise ConfigError(
@@ -193,9 +193,11 @@ def describe(cfg: DictConfig) -> dict:
 
 
 def eval_env_args(cfg: DictConfig) -> dict:
-    """Time limit and kwargs of evaluation episodes: `env.eval_max_episode_steps` when set."""
+    """Time limit and kwargs of evaluation episodes: `env.eval_max_episode_steps` when set, and
+    `env.eval_kwargs` over `env.kwargs`."""
     limit = cfg.env.get("eval_max_episode_steps") or cfg.env.max_episode_steps
-    return dict(max_episode_steps=limit, kwargs=cfg.env.kwargs, frame_stack=frame_stack(cfg))
+    kwargs = {**cfg.env.kwargs, **cfg.env.get("eval_kwargs", {})}  # Atari's: whole games, unclipped scores
+    return dict(max_episode_steps=limit, kwargs=kwargs, frame_stack=frame_stack(cfg))
 
 
 def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
@@ -208,6 +210,9 @@ def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
     env_args = dict(max_episode_steps=cfg.env.max_episode_steps, kwargs=cfg.env.kwargs, frame_stack=frame_stack(cfg))
     eval_env = make_env(cfg.env.id, seed=eval_seed(cfg), **eval_env_args(cfg))
     check_action_space(eval_env.action_space, cls.ACTION_KIND, cfg.env.id, cls.__name__)
+    if eval_epsilon(cfg) and not isinstance(eval_env.action_space, gym.spaces.Discrete):
+        raise ConfigError(f"eval_epsilon={eval_epsilon(cfg):g} takes random actions in evaluation, which is for discrete "
+                          f"actions (the Atari protocol); {cfg.env.id}'s are continuous. Set eval_epsilon=0.")
     if cls.needs.population:  # one env per individual, no replay buffer
         if get_class(cfg.buffer._target_) is not get_class("buffers.uniform.UniformReplay"):
             raise ConfigError(
@@ -318,6 +323,14 @@ def population_generation(cfg: DictConfig, learner: CompiledPopulation, envs: gy
     return generation, "the whole generation in one compiled call (speed.env_in_graph)"
 
 
+def eval_epsilon(cfg: DictConfig) -> float:
+    """The chance of a random action in evaluation (0: greedy; absent in runs saved before it existed)."""
+    value = cfg.get("eval_epsilon", 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ConfigError(f"eval_epsilon must be a number in [0, 1] (0.05 in the Atari papers), got {value!r}")
+    return float(value)
+
+
 def eval_seed(cfg: DictConfig) -> int:
     """The evaluation env's seed: apart from every training env's (seed .. seed + num_envs - 1)."""
     return int(cfg.seed) + max(100, int(cfg.num_envs))
@@ -370,6 +383,7 @@ def loop_settings(cfg: DictConfig, speed: Speed, needs: Needs) -> LoopSettings:
         log_every=int(cfg.logger.every),
         seed=int(cfg.seed),
         eval_seed=eval_seed(cfg),
+        eval_epsilon=eval_epsilon(cfg),
         checkpoint_every=int(cfg.checkpoint.every),
         train_every=int(cfg.train_every),
         fuse_updates=speed.fuse_updates,

@@ -11,9 +11,9 @@ from omegaconf import OmegaConf
 from agents.export import export_policy
 from envs.factory import check_action_space, make_env
 from envs.video import record_videos
-from training.builder import agent_class, build_learner, describe, eval_env_args
+from training.builder import agent_class, build_learner, describe, eval_env_args, eval_epsilon
 from training.checkpoints import Checkpointer, resolve_checkpoint, verify
-from training.evaluation import evaluate
+from training.evaluation import epsilon_greedy, evaluate
 from training.resume import load_run_config
 from training.seeding import seed_everything
 from training.speed import configure_devices
@@ -39,10 +39,12 @@ def evaluate_run(run_dir: str, checkpoint: str = "latest", episodes: int = 10, s
     out_dir = os.path.join(run_dir, "eval")
     os.makedirs(out_dir, exist_ok=True)
     result = {"checkpoint": name, "checkpoint_step": meta["step"], "episodes": episodes, "seed": seed,
-              "env_id": cfg.env.id, **evaluate(learner, env, episodes, seed)}
+              "env_id": cfg.env.id, **evaluate(learner, env, episodes, seed, epsilon=eval_epsilon(cfg))}
     if video:
-        recorded = record_videos(lambda obs: learner.act(obs[None], explore=False)[0], cfg.env.id, seed,
-                                 video_episodes, os.path.join(out_dir, f"{name}-episode"), **env_args)
+        policy = epsilon_greedy(lambda obs: learner.act(obs[None], explore=False)[0], env.action_space,
+                                eval_epsilon(cfg), seed)
+        recorded = record_videos(policy, cfg.env.id, seed, video_episodes, os.path.join(out_dir, f"{name}-episode"),
+                                 **env_args)
         result["videos"] = recorded["paths"]
     if export:
         result["export"] = export_policy(learner.agent, os.path.join(run_dir, "export", name), learner.obs_norm)

@@ -32,6 +32,7 @@ class LoopSettings:
     log_every: int
     seed: int
     eval_seed: int  # the evaluation env's first reset
+    eval_epsilon: float = 0.0  # random actions in evaluation (Atari's protocol: 0.05)
     checkpoint_every: int = 0  # env steps between checkpoints; 0 = none but the final one
     train_every: int = 1  # env steps between update phases; the updates due are done together
     fuse_updates: bool = True  # the updates of one phase in one compiled call
@@ -106,7 +107,7 @@ def train(
     episodes: list[tuple[int, float, int]] = []  # (step, return, length) of episodes not yet logged
 
     def run_eval() -> None:
-        result = evaluate(learner, eval_env, s.eval_episodes, seed=s.eval_seed)
+        result = evaluate(learner, eval_env, s.eval_episodes, seed=s.eval_seed, epsilon=s.eval_epsilon)
         st.last_eval = result
         st.evals.append((st.step, result["return_mean"]))
         logger.log("eval", st.step, {**result, "wall_time": wall_before + time.perf_counter() - t_start})

@@ -1,0 +1,128 @@
+"""Atari 2600 games through the Arcade Learning Environment (ale-py, ROMs bundled), with the
+standard DQN processing (Mnih et al. 2015, as Stable-Baselines3's AtariWrapper applies it):
+
+    no-op starts (up to 30), frame skip 4 with the max of the last two frames, 84x84 grey
+    (gymnasium's AtariPreprocessing) -> end of an episode at each lost life (training only: the game
+    goes on) -> FIRE after a reset where the game needs it -> rewards clipped to their sign
+    (training only) -> 4 frames stacked (env.frame_stack, envs/pixels.py)
+
+Sticky actions (Machado et al. 2018: the last action repeated with probability 0.25) are a setting,
+off by default as in the DQN papers and SB3's zoo. Evaluation reports the game's score: conf/env/atari.yaml
+turns life loss and reward clipping off for its episodes. The emulator's whole state (its RNG
+included) is saved in checkpoints (`AleState`), so a run resumes mid-episode exactly.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+
+def _ale():
+    try:
+        import ale_py
+    except ImportError as err:  # a project dependency: only a broken install lacks it
+        raise gym.error.DependencyNotInstalled("ale-py is not installed (uv sync installs it: ale-py)") from err
+    return ale_py
+
+
+def games() -> list[str]:
+    """The ALE's games, by the names env.game takes (Breakout, Pong, MontezumaRevenge, ...)."""
+    names = _ale().roms.get_all_rom_ids()
+    return sorted("".join(part.capitalize() for part in name.split("_")) for name in names)
+
+
+def rom_id(game: str) -> str:
+    """ALE's id of a game named as gymnasium names it (Breakout -> breakout, SpaceInvaders -> space_invaders)."""
+    snake = "".join(f"_{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(game))
+    known = _ale().roms.get_all_rom_ids()
+    if snake not in known:
+        import difflib
+
+        close = difflib.get_close_matches(game, games(), n=3, cutoff=0.6)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(f"the Arcade Learning Environment has no game {game!r}.{hint} Its {len(known)} games "
+                         f"(env.game=Breakout, Pong, ...): {', '.join(games())}")
+    return snake
+
+
+class AleState(gym.Wrapper):
+    """The emulator's state as plain data (envs.state.OwnState): the ALE's serialized state, with
+    its random state (sticky actions)."""
+
+    def saved_state(self) -> dict[str, Any]:
+        state = self.env.unwrapped.ale.cloneState(include_rng=True)
+        return {"ale": np.frombuffer(state.serialize(), np.uint8).copy()}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        self.env.unwrapped.ale.restoreState(_ale().ALEState(np.asarray(state["ale"], np.uint8).tobytes()))
+
+
+class EpisodicLife(gym.Wrapper):
+    """A lost life ends the episode for the learner (terminated), but the game goes on: the next
+    reset is a no-op step unless the game is over (SB3's EpisodicLifeEnv)."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.lives, self.game_over = 0, True
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.game_over = terminated or truncated
+        lives = self.env.unwrapped.ale.lives()
+        if 0 < lives < self.lives:
+            terminated = True
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, **kwargs):
+        if self.game_over:
+            obs, info = self.env.reset(**kwargs)
+        else:
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if terminated or truncated:  # the no-op ended the game
+                obs, info = self.env.reset(**kwargs)
+        self.game_over = False
+        self.lives = self.env.unwrapped.ale.lives()
+        return obs, info
+
+
+class FireReset(gym.Wrapper):
+    """FIRE (then UP) after a reset, for games that wait for it to start (SB3's FireResetEnv)."""
+
+    def reset(self, **kwargs):
+        self.env.reset(**kwargs)
+        for action in (1, 2):
+            obs, _, terminated, truncated, info = self.env.step(action)
+            if terminated or truncated:
+                obs, info = self.env.reset(**kwargs)
+        return obs, info
+
+
+class ClipReward(gym.RewardWrapper):
+    """The sign of each reward (Mnih et al. 2015): training only."""
+
+    def reward(self, reward):
+        return float(np.sign(reward))
+
+
+def make_atari(game: str = "Breakout", frame_skip: int = 4, noop_max: int = 30, screen_size: int = 84,
+               sticky_action_prob: float = 0.0, terminal_on_life_loss: bool = True, clip_rewards: bool = True,
+               fire_reset: bool = True, full_action_space: bool = False, render_mode: str | None = None) -> gym.Env:
+    """One Atari game with the processing above (without the frame stack, which env.frame_stack adds)."""
+    ale = _ale()
+    if not 0.0 <= float(sticky_action_prob) <= 1.0:
+        raise ValueError(f"env.sticky_action_prob must lie in [0, 1] (0.25 in Machado et al. 2018), got {sticky_action_prob}")
+    for key, value in (("frame_skip", frame_skip), ("screen_size", screen_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"env.{key} must be a positive integer, got {value!r}")
+    env = ale.env.AtariEnv(game=rom_id(game), frameskip=1, repeat_action_probability=float(sticky_action_prob),
+                           full_action_space=bool(full_action_space), render_mode=render_mode)
+    env = gym.wrappers.AtariPreprocessing(AleState(env), noop_max=int(noop_max), frame_skip=frame_skip,
+                                          screen_size=screen_size, terminal_on_life_loss=False, grayscale_obs=True)
+    if terminal_on_life_loss:
+        env = EpisodicLife(env)
+    if fire_reset and "FIRE" in env.unwrapped.get_action_meanings():
+        env = FireReset(env)
+    return ClipReward(env) if clip_rewards else env
