@@ -5,7 +5,8 @@ A size x size board (4 by default) with four pieces: the player, a goal (+10, ep
 (-10, episode ends) and a wall; every other move costs -1. Actions 0-3 move up, down, left, right;
 a move into the wall or off the board leaves the player where it is (and still costs -1).
 The observation is the board as four one-hot planes (player, goal, pit, wall), flattened to
-4*size*size and, as in the book, plus uniform noise in [0, noise) (noise=0 turns it off).
+4*size*size and, as in the book, plus uniform noise in [0, noise) (noise=0 turns it off). With
+`pixels`, the planes are an image instead: (size, size, 4) uint8, 255 where a piece is (no noise).
 
 Modes, as the book's: `static` (player (0,3), goal (0,0), pit (0,1), wall (1,1)); `player` (the
 static board with the player placed at random on a free square); `random` (all four pieces at
@@ -40,17 +41,22 @@ STATIC = {"player": (0, 3), "goal": (0, 0), "pit": (0, 1), "wall": (1, 1)}
 class GridworldEnv(gym.Env):
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
 
-    def __init__(self, mode: str = "static", size: int = 4, noise: float = 0.1, render_mode: str | None = None):
+    def __init__(self, mode: str = "static", size: int = 4, noise: float = 0.1, render_mode: str | None = None,
+                 pixels: bool = False):
         if mode not in MODES:
             raise ValueError(f"Gridworld mode must be one of {', '.join(MODES)}, got {mode!r}; set env.mode=static|player|random.")
         if not isinstance(size, (int, np.integer)) or size < 4:
             raise ValueError(f"Gridworld size must be an integer >= 4 (the static layout needs a 4x4 board), got {size!r}; set env.kwargs.size=4.")
         if noise < 0:
             raise ValueError(f"Gridworld noise must be >= 0, got {noise}")
-        self.mode, self.size, self.noise = mode, int(size), float(noise)
+        if pixels and noise > 0:
+            raise ValueError(f"Gridworld noise is added to vector observations; with pixels the planes are an image of "
+                             f"bytes: set env.kwargs.noise=0 (got {noise}).")
+        self.mode, self.size, self.noise, self.pixels = mode, int(size), float(noise), bool(pixels)
         self.render_mode = render_mode
         n = len(PIECES) * self.size * self.size
-        self.observation_space = gym.spaces.Box(0.0, 1.0 + self.noise, shape=(n,), dtype=np.float32)
+        self.observation_space = (gym.spaces.Box(0, 255, (self.size, self.size, len(PIECES)), np.uint8) if pixels else
+                                  gym.spaces.Box(0.0, 1.0 + self.noise, shape=(n,), dtype=np.float32))
         self.action_space = gym.spaces.Discrete(4)
         self.pos: dict[str, tuple[int, int]] = {}
 
@@ -76,6 +82,8 @@ class GridworldEnv(gym.Env):
         planes = np.zeros((len(PIECES), self.size, self.size), dtype=np.float32)
         for i, name in enumerate(PIECES):
             planes[(i, *self.pos[name])] = 1.0
+        if self.pixels:
+            return (planes.transpose(1, 2, 0) * 255).astype(np.uint8)
         obs = planes.reshape(-1)
         if self.noise > 0:
             obs = obs + self.np_random.random(obs.shape[0]).astype(np.float32) * self.noise

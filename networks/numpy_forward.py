@@ -1,5 +1,8 @@
-"""Run a Keras dense network's forward pass in numpy (MLPs; SimBa's residual blocks with LayerNorm;
-CrossQ's Batch Renormalization in inference mode; TD7's policy, its encoder and actor models in one).
+"""Run a Keras network's forward pass in numpy (MLPs; SimBa's residual blocks with LayerNorm;
+CrossQ's Batch Renormalization in inference mode; TD7's policy, its encoder and actor models in one;
+the Nature and MinAtar CNNs of networks/cnn.py, each convolution one matmul over the image's
+patches). Max-pooling is left to TensorFlow: the IMPALA network acted 4x slower in numpy
+(benchmarks/README.md), so it acts through a tf.function.
 
 For one observation, a tf.function call costs hundreds of microseconds of fixed overhead while
 the arithmetic of a 256-256 MLP takes a few; acting in numpy on the same weights removes that
@@ -68,9 +71,44 @@ def _kind(layer: keras.layers.Layer, inputs: list) -> str | None:
         return "layer_norm" if plain and list(layer.axis) in ([-1], [rank - 1]) else None
     if isinstance(layer, keras.layers.Concatenate):
         return "concat" if layer.axis in (-1, rank - 1) else None
-    kinds = {keras.layers.Add: "add", AvgL1Norm: "avg_l1_norm",
+    if isinstance(layer, keras.layers.Conv2D):
+        plain = layer.use_bias and layer.groups == 1 and tuple(layer.dilation_rate) == (1, 1)
+        return "conv2d" if plain and layer.data_format == "channels_last" and _activation(layer) else None
+    if isinstance(layer, keras.layers.Activation):
+        return "activation" if _activation(layer) is not None else None
+    from networks.mlp import DuelingCombine
+
+    kinds = {keras.layers.Add: "add", AvgL1Norm: "avg_l1_norm", keras.layers.Rescaling: "rescaling",
+             keras.layers.Flatten: "flatten", DuelingCombine: "dueling",
              BatchRenorm: "batch_renorm"}  # in inference mode: an affine map by the running statistics
     return next((kind for cls, kind in kinds.items() if isinstance(layer, cls)), None)
+
+
+def _same_padding(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int, int], value: float = 0.0) -> np.ndarray:
+    """TensorFlow's 'same' padding of (B, H, W, C): the output is ceil(size / stride), the extra
+    row or column after."""
+    pads = [(0, 0)]
+    for size, k, s in zip(x.shape[1:3], kernel, strides):
+        total = max((-(-size // s) - 1) * s + k - size, 0)
+        pads.append((total // 2, total - total // 2))
+    return np.pad(x, pads + [(0, 0)], constant_values=value)
+
+
+def _patches(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int, int]) -> np.ndarray:
+    """(B, H, W, C) -> (B, OH, OW, kh, kw, C) windows (a view), at the strides."""
+    windows = np.lib.stride_tricks.sliding_window_view(x, kernel, axis=(1, 2))  # (B, H', W', C, kh, kw)
+    return windows[:, ::strides[0], ::strides[1]].transpose(0, 1, 2, 4, 5, 3)
+
+
+def conv2d(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray, strides: tuple[int, int], padding: str) -> np.ndarray:
+    """Keras' Conv2D (channels last) as one matmul of the image's patches with the flattened kernel."""
+    kh, kw, c, f = kernel.shape
+    if padding == "same":
+        x = _same_padding(x, (kh, kw), strides, 0.0)
+    patches = _patches(x, (kh, kw), strides)
+    b, oh, ow = patches.shape[:3]
+    return (patches.reshape(b * oh * ow, kh * kw * c) @ kernel.reshape(kh * kw * c, f) + bias).reshape(b, oh, ow, f)
+
 
 
 def _inline(model: keras.Model, input_slots: list[int], base: int, program: list[Step]) -> list[int] | None:
@@ -143,6 +181,18 @@ def graph_forward_fn(model: keras.Model) -> Callable[[list[np.ndarray], np.ndarr
             ops.append(lambda w, x, eps=step.layer.epsilon: avg_l1_norm(x, eps))
         elif step.kind == "add":
             ops.append(lambda w, *xs: sum(xs))
+        elif step.kind == "conv2d":
+            ops.append(lambda w, x, i=i, layer=step.layer: _activation(layer)(
+                conv2d(x, w[i], w[i + 1], tuple(layer.strides), layer.padding)))
+        elif step.kind == "activation":
+            ops.append(lambda w, x, act=_activation(step.layer): act(np.array(x)))  # a copy: in-place activations
+        elif step.kind == "rescaling":
+            ops.append(lambda w, x, layer=step.layer: x.astype(np.float32) * np.float32(layer.scale)
+                       + np.float32(layer.offset))
+        elif step.kind == "flatten":
+            ops.append(lambda w, x: x.reshape(x.shape[0], -1))
+        elif step.kind == "dueling":
+            ops.append(lambda w, v, a: v + a - a.mean(axis=-1, keepdims=True))
         else:  # concat
             ops.append(lambda w, *xs: np.concatenate(xs, axis=-1))
     program = [(op, step.inputs) for op, step in zip(ops, steps)]

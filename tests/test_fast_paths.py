@@ -351,12 +351,13 @@ def test_a_fresh_run_sizes_the_intra_op_pool_from_its_batch_shards(overrides, in
 
 
 def test_a_network_that_acts_through_tf_is_never_driven(make_cfg):
-    """The driver acts from inside its numpy_function; a dueling head acts through TF, which there
-    waited for ever on the one inter-op thread `auto` gives a small network (train.py hung past
-    learning_starts). Such a run takes the per-phase path, and still trains."""
+    """The driver acts from inside its numpy_function; a network acting through TF (a dueling head
+    did, before numpy learnt it; speed.numpy_acting=false does) there waited for ever on the one
+    inter-op thread `auto` gives a small network (train.py hung past learning_starts). Such a run
+    takes the per-phase path, and still trains."""
     from helpers import run_loop
 
-    cfg = make_cfg("agent=dqn", "env=cartpole", "network=dueling_mlp", "network.hidden=[16,16]", "total_steps=400",
+    cfg = make_cfg("agent=dqn", "env=cartpole", "speed.numpy_acting=false", "network.hidden=[16,16]", "total_steps=400",
                    "learning_starts=200", "eval_every=400", "eval_episodes=1", "logger.progress=false")
     summary, run = run_loop(cfg)
     assert not run.learner.agent.acting.in_numpy

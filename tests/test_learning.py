@@ -91,6 +91,17 @@ def test_dqn_wins_90_percent_of_random_gridworld_games(make_cfg):
 
 
 @pytest.mark.slow
+def test_dqn_learns_the_gridworld_from_images(make_cfg):
+    """A CNN from pixels, frames stored once, acting in numpy on its convolutions: the Gridworld
+    with the player placed at random, from its board as a (4, 4, 4) image."""
+    cfg = make_cfg("agent=dqn", "env=gridworld", "env.mode=player", "env.pixels=true", "env.kwargs.noise=0",
+                   "network=minatar_cnn", "network.convs=[[32,2,1]]", "total_steps=6000", "eval_every=6000",
+                   "eval_episodes=200", "agent.eps_decay_steps=4000", "logger.progress=false")
+    summary = run_to_completion(cfg)
+    assert summary["final_success_rate"] >= 0.95, summary
+
+
+@pytest.mark.slow
 def test_dqn_reaches_475_on_cartpole(make_cfg):
     """CartPole-v1's maximum is 500. DQN is known to oscillate on it after solving it, so the bar is
     that an evaluation within the budget reaches 475, the task's 'solved' threshold."""

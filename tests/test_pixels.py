@@ -183,3 +183,33 @@ def test_dqn_on_pixels_resumes_bit_exact_and_evaluates_with_video(kind, tmp_path
     shape = (10, 10, 4) if kind == "minatar" else (84, 84, 4)
     obs = np.random.default_rng(0).integers(0, 256, (3, *shape)).astype(np.uint8)
     assert exported(obs).numpy().shape == (3,)
+
+
+@pytest.mark.parametrize("build,shape,in_numpy", [
+    (lambda: conv_net((84, 84, 4), 6), (84, 84, 4), True),
+    (lambda: conv_net((84, 84, 4), 6, dueling=True), (84, 84, 4), True),
+    (lambda: conv_net((10, 10, 7), 6, convs=[[16, 3, 1]], hidden=[128]), (10, 10, 7), True),
+    (lambda: conv_net((12, 12, 3), 4, convs=[[8, 3, 2], [8, 2, 1]], hidden=[16, 16], activation="tanh"), (12, 12, 3),
+     True),
+    (lambda: impala_cnn((20, 20, 4), 5, channels=[4, 8]), (20, 20, 4), False),  # max-pooling: through TF
+])
+def test_cnn_acting_in_numpy_gives_the_networks_outputs(build, shape, in_numpy):
+    from agents.acting import Forward
+
+    net = build()
+    fast, tf_call = Forward(net, numpy=True), Forward(net, numpy=False)
+    assert fast.in_numpy == in_numpy and fast.obs_dtype == "uint8"
+    x = np.random.default_rng(0).integers(0, 256, (5, *shape)).astype(np.uint8)
+    np.testing.assert_allclose(fast(x), tf_call(x), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(fast(x[:1]), np.asarray(net(x[:1])), rtol=1e-5, atol=1e-5)
+
+
+def test_a_dueling_mlp_acts_in_numpy_too():
+    from agents.acting import Forward
+    from networks.mlp import dueling_mlp
+
+    net = dueling_mlp(6, 3, hidden=[16, 8])
+    fast = Forward(net, numpy=True)
+    x = np.random.default_rng(1).normal(size=(4, 6)).astype(np.float32)
+    assert fast.in_numpy
+    np.testing.assert_allclose(fast(x), np.asarray(net(x)), rtol=1e-5, atol=1e-6)
