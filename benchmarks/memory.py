@@ -27,6 +27,14 @@ overrides are then trained by Stable-Baselines3 (`sb3_learning.py` in the venv o
 and sampled the same way, for its peaks beside tfrl's (its replay rows have another layout, so the
 rows-based figures are tfrl's only).
 Prints a table and writes JSON (`--output`).
+
+With `--replay N` it measures replay alone instead: a buffer of N Atari transitions (84x84, stacks of
+4) filled in a process of its own (`replay_fill.py`), this project's (each frame stored once) beside
+SB3's ReplayBuffer as SB3's DQN builds it (obs and next_obs stacked, in SB3's venv; at
+`--sb3-transitions`, since 1M of them are 56 GB), against the floor of one 84x84 frame a transition:
+
+    uv run python benchmarks/memory.py --replay 1000000 --sb3-transitions 100000 \
+        --output benchmarks/results/memory_atari_replay.json
 """
 from __future__ import annotations
 
@@ -147,7 +155,7 @@ def buffer_layout(overrides: list[str], sb3: bool = False) -> dict:
     from hydra import compose, initialize_config_dir
 
     from envs.factory import make_env
-    from training.builder import build_buffer
+    from training.builder import build_buffer, frame_stack
 
     with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
@@ -155,11 +163,11 @@ def buffer_layout(overrides: list[str], sb3: bool = False) -> dict:
         from benchmarks.sb3_learning import sb3_settings
 
         sb3_settings(cfg)
-    env = make_env(cfg.env.id, seed=0, max_episode_steps=cfg.env.max_episode_steps, kwargs=cfg.env.kwargs)
+    env = make_env(cfg.env.id, seed=0, max_episode_steps=cfg.env.max_episode_steps, kwargs=cfg.env.kwargs,
+                   frame_stack=frame_stack(cfg))
     buffer = build_buffer(cfg, env.observation_space, env.action_space, np.random.default_rng(0))
     env.close()
-    data = buffer.state_dict()["data"]  # the rows written so far: none, but the width is the row's
-    return {"capacity": buffer.capacity, "row_bytes": data.shape[1] * data.itemsize,
+    return {"capacity": buffer.capacity, "row_bytes": buffer.row_bytes,
             "total_steps": int(cfg.total_steps), "learning_starts": int(cfg.learning_starts)}
 
 
@@ -189,6 +197,35 @@ def summarize(phase: dict, layout: dict | None) -> dict:
     return out
 
 
+def replay_memory(transitions: int, sb3_transitions: int, output: str | None) -> None:
+    """This project's Atari replay at `transitions` beside SB3's (both SB3 layouts) at `sb3_transitions`."""
+    fill = os.path.join(ROOT, "benchmarks", "replay_fill.py")
+    sb3_python = SB3_PYTHON if os.path.exists(SB3_PYTHON) else os.path.join(ROOT, "benchmarks", ".venv-sbx", "bin",
+                                                                            "python")  # SBX's venv holds SB3 too
+    runs = [[sys.executable, fill, "--impl", "tfrl", "--transitions", str(transitions)]]
+    if os.path.exists(sb3_python):
+        runs += [[sb3_python, fill, "--impl", "sb3", "--transitions", str(sb3_transitions), *flag]
+                 for flag in ([], ["--sb3-optimize"])]
+    else:
+        print(f"no SB3 venv ({SB3_PYTHON}): `bash benchmarks/setup_sb3.sh` to measure SB3's buffer beside it")
+    results = []
+    for cmd in runs:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        if proc.returncode != 0:
+            sys.exit(f"{proc.stderr[-2000:]}\n{' '.join(cmd)} failed")
+        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    print("| buffer | transitions | resident (MB) | bytes per transition | x the floor (one 84x84 frame each) |")
+    print("|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r['impl']} | {r['transitions']} | {r['buffer_mb']} | {r['bytes_per_transition']} | {r['vs_floor']} |")
+    if output:
+        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+        with open(output, "w") as f:
+            json.dump({"machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()},
+                       "results": results}, f, indent=1)
+        print(f"wrote {output}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("overrides", nargs="*", help="train.py overrides")
@@ -197,8 +234,12 @@ def main() -> None:
     p.add_argument("--run-dir", default=None, help="where the run goes (default: a temporary directory, deleted)")
     p.add_argument("--output", default=None, help="JSON file for the results")
     p.add_argument("--sb3", action="store_true", help="then train the same run with Stable-Baselines3 and sample it")
+    p.add_argument("--replay", type=int, default=0, help="measure an Atari replay buffer of this many transitions")
+    p.add_argument("--sb3-transitions", type=int, default=100_000, help="with --replay: SB3's buffer's size")
     p.add_argument("--layout-only", action="store_true", help=argparse.SUPPRESS)  # the child that reads the config
     a = p.parse_args()
+    if a.replay:
+        return replay_memory(a.replay, a.sb3_transitions, a.output)
     if a.layout_only:
         from hydra.errors import HydraException
         from omegaconf.errors import OmegaConfBaseException

@@ -39,6 +39,10 @@ class FrameStore:
         self._env_step = np.zeros(0, np.int64)  # per env: its newest row's step and slot
         self._env_slot = np.zeros(0, np.int64)
 
+    @property
+    def row_bytes(self) -> int:
+        return self.frames[:1].nbytes + self.step.itemsize + self.slot.itemsize
+
     def window(self, stride: int) -> int:
         """Rows after the cursor of a full ring whose observations reach into overwritten rows."""
         return self.stack * max(stride, 1)

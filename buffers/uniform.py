@@ -70,6 +70,13 @@ class UniformReplay:
     def __len__(self) -> int:
         return self.capacity if self._full else self._cursor
 
+    @property
+    def row_bytes(self) -> int:
+        """Bytes a stored transition takes: its row of the float matrix, and its frame with the
+        two integers that place it (the first observations of episodes come on top, a stack each)."""
+        frames = 0 if self.frames is None else self.frames.row_bytes
+        return self._data.shape[1] * self._data.itemsize + frames
+
     def add(self, obs, action, reward, next_obs, terminated, truncated) -> None:
         """Add a batch of transitions, one row per environment (leading axis = num_envs)."""
         n = np.asarray(reward).reshape(-1).shape[0]

@@ -175,8 +175,9 @@ def test_bad_input_gets_a_clear_message_and_nonzero_exit(tmp_path, capsys, overr
         (["agent=ppo"], "error: agent=ppo names no config in conf/agent/; the choices are crossq, ddpg, dqn, ga, sac, td3, td7."),
         (["agent=nosuchagent"], "error: agent=nosuchagent names no config in conf/agent/; the choices are crossq, ddpg, dqn, ga, sac, td3, td7."),
         (["env=nosuchenv"], "error: env=nosuchenv names no config in conf/env/; the choices are acrobot, ant, "),
-        (["env=pendullum"], "the choices are acrobot, ant, cartpole, gridworld, halfcheetah, hopper, humanoid, "
-                            "inverted_pendulum, mountaincar, pendulum, reacher, walker2d. Did you mean env=pendulum?"),
+        (["env=pendullum"], "the choices are acrobot, ant, atari, cartpole, gridworld, halfcheetah, hopper, humanoid, "
+                            "inverted_pendulum, minatar, mountaincar, pendulum, reacher, walker2d. Did you mean "
+                            "env=pendulum?"),
         (["-m", "agent=td3,dqm"], "error: agent=dqm names no config in conf/agent/; the choices are crossq, ddpg, dqn, ga, sac, td3, td7. "
                                   "Did you mean agent=dqn?"),
     ],
