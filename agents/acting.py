@@ -26,6 +26,7 @@ class Forward:
         ends = np.cumsum(sizes, dtype=np.int64)
         self._layout = [((int(e - n), int(e)), tuple(w.shape)) for e, n, w in zip(ends, sizes, network.weights)]
         self.obs_dtype = tf.as_dtype(network.inputs[0].dtype)  # float32 vectors; uint8 images
+        self._np_dtype = self.obs_dtype.as_numpy_dtype
         self._tf_call = tf.function(lambda obs: network(obs, training=False),
                                     input_signature=[tf.TensorSpec([None, *network.input_shape[1:]], self.obs_dtype)])
         self.use_numpy(numpy)
@@ -40,7 +41,7 @@ class Forward:
         return self._np_forward is not None
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
-        obs = np.asarray(obs, dtype=self.obs_dtype.as_numpy_dtype)
+        obs = np.asarray(obs, dtype=self._np_dtype)
         if self._np_forward is not None:
             return self._np_forward(self._weights, obs)
         return self._tf_call(obs).numpy()

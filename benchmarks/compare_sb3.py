@@ -88,6 +88,16 @@ CASES = {
          "train_every=1", "buffer.capacity=1000000"],
         ["dqn", "CartPole-v1", "--hidden", "64", "64", "--batch", "64", "--train-freq", "1"],
     ),
+    # DQN on Atari with the RL Zoo's settings (conf/tuned/dqn_atari.yaml; SB3: make_atari_env, VecFrameStack 4,
+    # CnnPolicy): an update every 4 steps, batch 32, a 100k buffer
+    "dqn_breakout": (
+        ["agent=dqn", "env=atari", "env.game=Breakout"],
+        ["dqn", "BreakoutNoFrameskip-v4", "--atari", "--batch", "32", "--train-freq", "4", "--buffer", "100000"],
+    ),
+    "dqn_pong": (
+        ["agent=dqn", "env=atari", "env.game=Pong"],
+        ["dqn", "PongNoFrameskip-v4", "--atari", "--batch", "32", "--train-freq", "4", "--buffer", "100000"],
+    ),
 }
 # The DQN cases again with TF's own inter-op pool: tfrl's default (`speed.threads.inter_op=auto`)
 # runs a network this small with one inter-op thread; this shows what that runtime setting is worth.

@@ -83,15 +83,23 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--update-only", action="store_true", help="time SB3's train() alone")
     p.add_argument("--fuse", type=int, default=16, help="gradient steps per train() call (--update-only)")
+    p.add_argument("--atari", action="store_true",
+                   help="env is an ALE game (BreakoutNoFrameskip-v4): SB3's AtariWrapper, 4 frames stacked, CnnPolicy")
     p.add_argument("--impl", choices=["sb3", "sbx"], default="sb3",
                    help="Stable-Baselines3 (PyTorch) or SBX (JAX): the same classes and arguments")
     a = p.parse_args()
     lib = importlib.import_module("stable_baselines3" if a.impl == "sb3" else "sbx")
     DDPG, DQN, SAC, TD3 = lib.DDPG, lib.DQN, lib.SAC, lib.TD3
-    # CrossQ: sb3-contrib's beside SB3 (the reference of agent=crossq), SBX's own
-    CrossQ = importlib.import_module("sb3_contrib").CrossQ if a.impl == "sb3" else lib.CrossQ
 
-    env = gym.make(a.env)
+    if a.atari:  # as the RL Zoo trains DQN on Atari: make_atari_env's AtariWrapper, then VecFrameStack(4)
+        import ale_py
+        from stable_baselines3.common.env_util import make_atari_env
+        from stable_baselines3.common.vec_env import VecFrameStack
+
+        gym.register_envs(ale_py)
+        env = VecFrameStack(make_atari_env(a.env, n_envs=1, seed=a.seed), n_stack=4)
+    else:
+        env = gym.make(a.env)
     net_arch = list(a.hidden) if a.critic_hidden is None else dict(pi=list(a.hidden), qf=list(a.critic_hidden))
     common = dict(
         policy_kwargs=dict(net_arch=net_arch), batch_size=a.batch, learning_starts=a.warmup,
@@ -100,11 +108,16 @@ def main() -> None:
     )
     if a.impl == "sbx":
         common.pop("device")  # JAX places itself (the CPU here)
-    if a.algo == "dqn":
+    if a.algo == "dqn" and a.atari:  # the Nature CNN (SB3's NatureCNN, 512 features), its default head
+        common["policy_kwargs"] = {}
+        model = DQN("CnnPolicy", env, **common)
+    elif a.algo == "dqn":
         model = DQN("MlpPolicy", env, **common)
     elif a.algo == "sac":  # SB3's defaults otherwise: learned temperature from 1, target entropy -|A|
         model = SAC("MlpPolicy", env, **common)
     elif a.algo == "crossq":  # sb3-contrib's defaults otherwise: lr 1e-3, Adam beta_1 0.5, policy delay 3
+        # sb3-contrib's beside SB3 (the reference of agent=crossq), SBX's own
+        CrossQ = importlib.import_module("sb3_contrib").CrossQ if a.impl == "sb3" else lib.CrossQ
         model = CrossQ("MlpPolicy", env, **common)
     else:
         n = env.action_space.shape[0]
