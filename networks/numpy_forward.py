@@ -1,8 +1,8 @@
 """Run a Keras network's forward pass in numpy (MLPs; SimBa's residual blocks with LayerNorm;
 CrossQ's Batch Renormalization in inference mode; TD7's policy, its encoder and actor models in one;
 the Nature and MinAtar CNNs of networks/cnn.py, each convolution one matmul over the image's
-patches). Max-pooling is left to TensorFlow: the IMPALA network acted 4x slower in numpy
-(benchmarks/README.md), so it acts through a tf.function.
+patches). Max-pooling is left to TensorFlow: numpy's windows made the IMPALA network slower to act
+than a tf.function call (benchmarks/README.md), so it acts through one.
 
 For one observation, a tf.function call costs hundreds of microseconds of fixed overhead while
 the arithmetic of a 256-256 MLP takes a few; acting in numpy on the same weights removes that
@@ -16,6 +16,7 @@ import keras
 import numpy as np
 
 from networks.batch_renorm import BatchRenorm
+from networks.mlp import DuelingCombine
 
 _ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "linear": lambda x: x,
@@ -76,8 +77,6 @@ def _kind(layer: keras.layers.Layer, inputs: list) -> str | None:
         return "conv2d" if plain and layer.data_format == "channels_last" and _activation(layer) else None
     if isinstance(layer, keras.layers.Activation):
         return "activation" if _activation(layer) is not None else None
-    from networks.mlp import DuelingCombine
-
     kinds = {keras.layers.Add: "add", AvgL1Norm: "avg_l1_norm", keras.layers.Rescaling: "rescaling",
              keras.layers.Flatten: "flatten", DuelingCombine: "dueling",
              BatchRenorm: "batch_renorm"}  # in inference mode: an affine map by the running statistics
