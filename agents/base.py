@@ -40,8 +40,8 @@ def vector_obs(obs_shape, agent: str) -> int:
     if len(shape) != 1:
         raise ValueError(
             f"{agent} takes vector observations, but this env's are images of shape {shape}. Image observations "
-            f"train with agent=dqn and a convolutional network (network=nature_cnn or network=impala_cnn); or pick an "
-            f"env with vector observations (env=dmc takes states by default)."
+            f"train with agent=dqn and a convolutional network (network=nature_cnn, minatar_cnn or impala_cnn), or "
+            f"pick an env with vector observations."
         )
     return shape[0]
 

@@ -1,7 +1,7 @@
 """DQN (Mnih et al. 2015) with a target network, Huber or MSE loss, epsilon-greedy exploration,
 on vector observations (an MLP) or images (a CNN: network=nature_cnn, impala_cnn),
 and switches for Double DQN (van Hasselt et al. 2016); a dueling head (Wang et al. 2016) comes from
-`network=dueling_mlp`.
+`network=dueling_mlp`, or `network.dueling=true` on a CNN.
 
 The target network is copied every `target_update_every` updates (tau=1) or Polyak-averaged with
 `tau` < 1 every update. The position in the epsilon schedule is checkpointed with the networks.

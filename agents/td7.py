@@ -58,8 +58,7 @@ class TD7:
         self.exploration_noise = float(exploration_noise)
 
         self.obs_dim = vector_obs(obs_shape, "TD7")
-        self.obs_shape = (self.obs_dim,)
-        self.box = ActionBox(action_low, action_high)
+        self.obs_shape, self.box = (self.obs_dim,), ActionBox(action_low, action_high)
         self.action_dim, self.action_spec = self.box.dim, self.box.spec
         self._rng = rng
         self._tf_rng = tf.random.Generator.from_seed(tf_seed(rng))

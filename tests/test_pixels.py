@@ -213,3 +213,16 @@ def test_a_dueling_mlp_acts_in_numpy_too():
     x = np.random.default_rng(1).normal(size=(4, 6)).astype(np.float32)
     assert fast.in_numpy
     np.testing.assert_allclose(fast(x), np.asarray(net(x)), rtol=1e-5, atol=1e-6)
+
+
+def test_evaluation_epsilon_takes_random_actions_at_its_rate_from_its_own_seed():
+    from training.evaluation import epsilon_greedy
+
+    space = gym.spaces.Discrete(4)
+    greedy = lambda obs: np.int64(3)  # noqa: E731
+    assert epsilon_greedy(greedy, space, 0.0, seed=1) is greedy
+    policy = epsilon_greedy(greedy, space, 0.25, seed=1)
+    actions = np.array([policy(None) for _ in range(4000)])
+    assert 0.25 * 0.75 - 0.03 < np.mean(actions != 3) < 0.25 * 0.75 + 0.03  # a random action is 3 a quarter of the time
+    again = epsilon_greedy(greedy, space, 0.25, seed=1)
+    np.testing.assert_array_equal(actions, [again(None) for _ in range(4000)])
