@@ -94,9 +94,13 @@ def _same_padding(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int, in
 
 
 def _patches(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int, int]) -> np.ndarray:
-    """(B, H, W, C) -> (B, OH, OW, kh, kw, C) windows (a view), at the strides."""
-    windows = np.lib.stride_tricks.sliding_window_view(x, kernel, axis=(1, 2))  # (B, H', W', C, kh, kw)
-    return windows[:, ::strides[0], ::strides[1]].transpose(0, 1, 2, 4, 5, 3)
+    """(B, H, W, C) -> (B, OH, OW, kh, kw, C) windows at the strides: a view of `x`, made with
+    as_strided directly (sliding_window_view's checks cost more than the view)."""
+    b, h, w, c = x.shape
+    (kh, kw), (sh, sw) = kernel, strides
+    sb, sy, sx, sc = x.strides
+    shape = (b, (h - kh) // sh + 1, (w - kw) // sw + 1, kh, kw, c)
+    return np.lib.stride_tricks.as_strided(x, shape, (sb, sy * sh, sx * sw, sy, sx, sc), writeable=False)
 
 
 def conv2d(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray, strides: tuple[int, int], padding: str) -> np.ndarray:
@@ -181,8 +185,8 @@ def graph_forward_fn(model: keras.Model) -> Callable[[list[np.ndarray], np.ndarr
         elif step.kind == "add":
             ops.append(lambda w, *xs: sum(xs))
         elif step.kind == "conv2d":
-            ops.append(lambda w, x, i=i, layer=step.layer: _activation(layer)(
-                conv2d(x, w[i], w[i + 1], tuple(layer.strides), layer.padding)))
+            ops.append(lambda w, x, i=i, act=_activation(step.layer), strides=tuple(step.layer.strides),
+                       padding=step.layer.padding: act(conv2d(x, w[i], w[i + 1], strides, padding)))
         elif step.kind == "activation":
             ops.append(lambda w, x, act=_activation(step.layer): act(np.array(x)))  # a copy: in-place activations
         elif step.kind == "rescaling":
