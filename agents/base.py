@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from agents import checks
 from agents.acting import Forward
-from buffers.types import Batch
+from buffers.types import Batch, obs_shape_of
 
 
 def check_keras_backend(backend: str) -> None:
@@ -36,7 +36,7 @@ check_keras_backend(keras.backend.backend())
 def vector_obs(obs_shape, agent: str) -> int:
     """The size of a vector observation (a shape of one axis, or a size), or a ValueError naming
     what takes images."""
-    shape = (int(obs_shape),) if np.ndim(obs_shape) == 0 else tuple(int(d) for d in obs_shape)
+    shape = obs_shape_of(obs_shape)
     if len(shape) != 1:
         raise ValueError(
             f"{agent} takes vector observations, but this env's are images of shape {shape}. Image observations "

@@ -17,7 +17,7 @@ import tensorflow as tf
 from agents import checks, losses
 from agents.acting import Forward
 from agents.base import Needs, adam, check_tau, copy_of
-from buffers.types import Batch
+from buffers.types import Batch, obs_shape_of
 
 
 class _Counter(tf.train.experimental.PythonState):
@@ -57,7 +57,7 @@ class DQN:
         checks.integer(target_update_every, "target_update_every", "an integer >= 1 (500: updates between copies)")
         for key, eps in (("eps_start", eps_start), ("eps_end", eps_end)):
             checks.number(eps, key, "in [0, 1]", lambda x: 0.0 <= x <= 1.0)
-        self.obs_shape = (int(obs_shape),) if np.ndim(obs_shape) == 0 else tuple(int(d) for d in obs_shape)
+        self.obs_shape = obs_shape_of(obs_shape)
         self.num_actions = int(num_actions)
         self.action_spec = tf.TensorSpec([None], tf.int32, name="action")
         self.double, self.tau = bool(double), check_tau(tau)

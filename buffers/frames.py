@@ -111,10 +111,6 @@ class FrameStore:
             if slot < len(self.first_row) and self.first_row[slot] == row:
                 self.first_row[slot] = -1
 
-    def cut(self) -> None:
-        """The next add starts a new episode in every env."""
-        self._env_step = np.zeros(0, np.int64)
-
     def state_dict(self, size: int) -> dict[str, np.ndarray]:
         used = np.flatnonzero(self.first_row >= 0)
         remap = np.zeros(len(self.first_row), np.int64)

@@ -41,6 +41,11 @@ class Buffer(Protocol):
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None: ...
 
 
+def obs_shape_of(obs_shape) -> tuple[int, ...]:
+    """One observation's shape, given as a size (vectors) or a shape: what agents and buffers take."""
+    return (int(obs_shape),) if np.ndim(obs_shape) == 0 else tuple(int(d) for d in obs_shape)
+
+
 def split_batch(batch: Batch, k: int) -> Batch:
     """One batch of k*B transitions as k batches of B stacked on a leading axis (a reshape, no copy
     when the arrays allow it)."""

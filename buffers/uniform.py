@@ -10,12 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from buffers.frames import FrameStore
-from buffers.types import Batch, copy_rows, split_batch
-
-
-def obs_shape_of(obs_shape) -> tuple[int, ...]:
-    """An observation shape from a size (vectors) or a shape."""
-    return (int(obs_shape),) if np.ndim(obs_shape) == 0 else tuple(int(d) for d in obs_shape)
+from buffers.types import Batch, copy_rows, obs_shape_of, split_batch
 
 
 class UniformReplay:

@@ -37,6 +37,12 @@ def conv(filters: int, kernel: int, stride: int, fan_in_channels: int, init: str
     return keras.layers.Conv2D(int(filters), int(kernel), int(stride), padding=padding, **kwargs)
 
 
+def _scaled_input(shape: tuple[int, int, int], name: str):
+    """The uint8 image input and its scaling to [0, 1]: (input, scaled)."""
+    inputs = keras.Input(shape, dtype="uint8", name=f"{name}_in")
+    return inputs, keras.layers.Rescaling(1.0 / 255.0, name=f"{name}_scale")(inputs)
+
+
 def _check_convs(convs) -> list[tuple[int, int, int]]:
     try:
         layers = [tuple(int(v) for v in c) for c in convs]
@@ -82,8 +88,7 @@ def conv_net(
     """Convolutions (`convs`: [filters, kernel, stride] each, valid padding), flattened, then the
     head. The defaults are the Nature DQN network; MinAtar's is one [16, 3, 1] layer and 128 hidden."""
     h, w, c = image_shape(input_shape)
-    inputs = keras.Input((h, w, c), dtype="uint8", name=f"{name}_in")
-    x = keras.layers.Rescaling(1.0 / 255.0, name=f"{name}_scale")(inputs)
+    inputs, x = _scaled_input((h, w, c), name)
     for i, (filters, kernel, stride) in enumerate(_check_convs(convs)):
         if kernel > min(h, w):
             raise ValueError(f"network.convs layer {i} ({kernel}x{kernel}) does not fit its {h}x{w} input; use "
@@ -109,8 +114,7 @@ def impala_cnn(
     h, w, c = image_shape(input_shape)
     if not channels or any(int(ch) < 1 for ch in channels):
         raise ValueError(f"network.channels must be positive integers, one per stage, got {list(channels)}")
-    inputs = keras.Input((h, w, c), dtype="uint8", name=f"{name}_in")
-    x = keras.layers.Rescaling(1.0 / 255.0, name=f"{name}_scale")(inputs)
+    inputs, x = _scaled_input((h, w, c), name)
     act = keras.layers.Activation(activation)
     for s, ch in enumerate(int(ch) for ch in channels):
         x = conv(ch, 3, 1, c, init, padding="same", name=f"{name}_s{s}_conv")(x)
