@@ -1,8 +1,8 @@
 """Environment construction: gymnasium envs, seeded, with episode statistics.
 
 Importing this package registers this project's own envs with gymnasium: `Gridworld-v0`,
-`MinAtar-v1` (a MinAtar game as uint8 images, `envs.minatar`) and `Atari-v5` (an ALE game with the
-DQN processing, `envs.atari`).
+`MinAtar-v1` (a MinAtar game as uint8 images, `envs.minatar`), `Atari-v5` (an ALE game with the
+DQN processing, `envs.atari`) and `DMC-v1` (a DeepMind Control task, `envs.dmc`).
 """
 import gymnasium as gym
 
@@ -13,3 +13,6 @@ if "MinAtar-v1" not in gym.registry:
 
 if "Atari-v5" not in gym.registry:
     gym.register(id="Atari-v5", entry_point="envs.atari:make_atari")
+
+if "DMC-v1" not in gym.registry:
+    gym.register(id="DMC-v1", entry_point="envs.dmc:DMCEnv")

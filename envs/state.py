@@ -45,15 +45,15 @@ class OwnState(Protocol):
         """Write `saved_state`'s record back."""
 
 
-def _plain(value: Any) -> bool:
+def is_plain(value: Any) -> bool:
     if value is None or isinstance(value, (bool, int, float, str, np.generic)):
         return not (isinstance(value, np.generic) and value.dtype.hasobject)
     if isinstance(value, np.ndarray):
         return not value.dtype.hasobject
     if isinstance(value, (list, tuple, deque)):
-        return all(_plain(v) for v in value)
+        return all(is_plain(v) for v in value)
     if isinstance(value, dict):
-        return all(isinstance(k, (str, int)) and _plain(v) for k, v in value.items())
+        return all(isinstance(k, (str, int)) and is_plain(v) for k, v in value.items())
     return False
 
 
@@ -87,13 +87,13 @@ def _set_space_state(space: gym.Space, state: dict) -> None:
             _set_space_state(s, state["sub"][str(key)])
 
 
-def _mjdata_state(data) -> dict:
+def mjdata_state(data) -> dict:
     arrays = {k: getattr(data, k).copy() for k in dir(data)
               if not k.startswith("_") and isinstance(getattr(data, k), np.ndarray)}
     return {"time": float(data.time), "arrays": arrays}
 
 
-def _set_mjdata_state(data, state: dict) -> None:
+def set_mjdata_state(data, state: dict) -> None:
     """Each saved array into MjData's own, where its size is this data's: those sized by the
     contacts of a step (the constraint rows) are rebuilt from the state by the next step."""
     data.time = state["time"]
@@ -123,8 +123,8 @@ def _node_state(obj: Any) -> dict:
         elif isinstance(value, gym.Space):
             node["spaces"][name] = _space_state(value)
         elif type(value).__name__ == "MjData":
-            node["mujoco"][name] = _mjdata_state(value)
-        elif _plain(value):
+            node["mujoco"][name] = mjdata_state(value)
+        elif is_plain(value):
             node["attrs"][name] = copy.deepcopy(value)
     return node
 
@@ -154,7 +154,7 @@ def _set_node_state(obj: Any, node: dict, where: str) -> None:
         data = getattr(obj, name, None)
         if type(data).__name__ != "MjData":
             raise EnvStateError(f"{where}.{name} held MuJoCo data when saved, but does not in this run")
-        _set_mjdata_state(data, state)
+        set_mjdata_state(data, state)
     if "own" in node:
         if not isinstance(obj, OwnState):
             raise EnvStateError(f"{where} saved state of its own when saved, but this run's cannot take it")

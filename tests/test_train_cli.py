@@ -122,6 +122,15 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
         (["agent=dqn", "env=minatar", "env.frame_stack=0"], "env.frame_stack must be an integer >= 1"),
         (["agent=dqn", "env=minatar", "network.obs_norm=true"], "network.obs_norm=true keeps running statistics of "
                                                                 "vector observations"),
+        (["agent=sac", "env=dmc", "env.domain=walkr"], "the DeepMind Control suite has no domain 'walkr'; its domains are "
+                                                        "acrobot, ball_in_cup,"),
+        (["agent=sac", "env=dmc", "env.domain=walker", "env.task=jump"], "the DeepMind Control domain 'walker' has no "
+                                                                          "task 'jump'; its tasks are run, stand, walk"),
+        (["agent=dqn", "env=dmc"], "DQN needs a discrete action space, but DMC-v1 has action space Box("),
+        (["agent=sac", "env=dmc", "env.pixels=true"], "DMC-v1 gives image observations of shape (84, 84, 3), but the "
+                                                      "network (networks.mlp.mlp) is a dense one"),
+        (["agent=sac", "env=dmc", "env.action_repeat=0"], "env.action_repeat must be an integer >= 1 (or null: 2 with "
+                                                          "pixels, 1 from states), got 0"),
         (["agent=dqn", "env=cartpole", "eval_epsilon=2"], "eval_epsilon must be a number in [0, 1]"),
         (["eval_epsilon=0.05"], "eval_epsilon=0.05 takes random actions in evaluation, which is for discrete"),
         (["gamma=abc"], "gamma must be a number, got 'abc'"),
@@ -175,7 +184,7 @@ def test_bad_input_gets_a_clear_message_and_nonzero_exit(tmp_path, capsys, overr
         (["agent=ppo"], "error: agent=ppo names no config in conf/agent/; the choices are crossq, ddpg, dqn, ga, sac, td3, td7."),
         (["agent=nosuchagent"], "error: agent=nosuchagent names no config in conf/agent/; the choices are crossq, ddpg, dqn, ga, sac, td3, td7."),
         (["env=nosuchenv"], "error: env=nosuchenv names no config in conf/env/; the choices are acrobot, ant, "),
-        (["env=pendullum"], "the choices are acrobot, ant, atari, cartpole, gridworld, halfcheetah, hopper, humanoid, "
+        (["env=pendullum"], "the choices are acrobot, ant, atari, cartpole, dmc, gridworld, halfcheetah, hopper, humanoid, "
                             "inverted_pendulum, minatar, mountaincar, pendulum, reacher, walker2d. Did you mean "
                             "env=pendulum?"),
         (["-m", "agent=td3,dqm"], "error: agent=dqm names no config in conf/agent/; the choices are crossq, ddpg, dqn, ga, sac, td3, td7. "

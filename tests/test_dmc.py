@@ -1,0 +1,134 @@
+"""The DeepMind Control suite (envs/dmc.py): dm_control's tasks behind the gymnasium interface, in
+a process of their own; their action repeat and episode protocol, their exact state mid-episode,
+and SAC trained on one through train.py (resumed bit-exact, evaluated with video, exported)."""
+import json
+import os
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import envs  # noqa: F401 (registers DMC-v1)
+from envs.factory import make_vector_env
+from envs.state import env_state, set_env_state
+from helpers import ROOT, evaluate, final_weights, resume
+from training import plaindata
+
+
+def test_an_action_repeated_earns_the_rewards_of_its_steps_and_episodes_are_the_suites_1000():
+    """With action_repeat=2 each step's reward is the sum of the two control steps' rewards that
+    repeat 1 gives for the same actions from the same seed, and its observation is the second's;
+    the suite's time limit of 1000 control steps ends the episode as a truncation at step 500."""
+    once, twice = gym.make("DMC-v1", domain="cartpole", task="swingup"), gym.make(
+        "DMC-v1", domain="cartpole", task="swingup", action_repeat=2)
+    try:
+        a, _ = once.reset(seed=3)
+        b, _ = twice.reset(seed=3)
+        np.testing.assert_array_equal(a, b)
+        assert a.dtype == np.float32 and a.shape == once.observation_space.shape == (5,)  # position 3 + velocity 2
+        rng = np.random.default_rng(0)
+        for step in range(1, 501):
+            action = rng.uniform(-1, 1, (1,)).astype(np.float32)
+            _, r1, *_ = once.step(action)
+            obs1, r2, term1, trunc1, _ = once.step(action)
+            obs2, r, term2, trunc2, _ = twice.step(action)
+            assert r == r1 + r2 and 0.0 <= r <= 2.0
+            np.testing.assert_array_equal(obs1, obs2)
+            assert (term2, trunc2) == (term1, trunc1) == (False, step == 500)
+    finally:
+        once.close()
+        twice.close()
+
+
+def test_pixels_are_84x84_rgb_renders_and_the_quadruped_is_seen_from_its_camera():
+    env = gym.make("DMC-v1", domain="quadruped", task="walk", pixels=True)
+    try:
+        obs, _ = env.reset(seed=0)
+        assert obs.shape == (84, 84, 3) and obs.dtype == np.uint8 and env.observation_space.contains(obs)
+        assert obs.std() > 10  # a scene, not a blank frame
+        assert env.unwrapped.action_repeat == 2  # the pixel literature's default
+    finally:
+        env.close()
+
+
+def through_files(tree, tmp_path):
+    plaindata.write(tree, str(tmp_path / "state.json"), str(tmp_path / "state.npz"))
+    return plaindata.read(str(tmp_path / "state.json"), str(tmp_path / "state.npz"))
+
+
+@pytest.mark.parametrize("kwargs,frame_stack", [
+    ({"domain": "reacher", "task": "hard"}, 1),  # the target is placed in the model at each reset
+    ({"domain": "walker", "task": "walk", "pixels": True}, 3),  # contacts with the floor, renders
+])
+def test_dmc_envs_restored_mid_episode_continue_exactly(kwargs, frame_stack, tmp_path):
+    """Saved as plain data mid-episode (the simulator, the model arrays the task moved, the task's
+    random state), restored into envs built from the same arguments and reset elsewhere: the same
+    observations, rewards and ends, across an episode end and the reset after it."""
+    make = lambda: make_vector_env("DMC-v1", 2, seed=5, kwargs=kwargs, frame_stack=frame_stack)  # noqa: E731
+    envs_, restored = make(), make()
+    try:
+        envs_.reset(seed=5)
+        restored.reset(seed=77)
+        rng = np.random.default_rng(0)
+        for _ in range(30):
+            envs_.step(rng.uniform(-1, 1, envs_.action_space.shape))
+        set_env_state(restored, through_files(env_state(envs_), tmp_path))
+        ended = False
+        for _ in range(1000 // envs_.unwrapped.envs[0].unwrapped.action_repeat - 20):
+            action = rng.uniform(-1, 1, envs_.action_space.shape)
+            a, b = envs_.step(action), restored.step(action)
+            for x, y in zip(a[:4], b[:4]):
+                np.testing.assert_array_equal(x, y)
+            ended |= bool(a[3].any())
+        assert ended, "no episode ended: the test crosses no episode end"
+    finally:
+        envs_.close()
+        restored.close()
+
+
+def test_a_renumbered_mujoco_enum_is_refused_rather_than_read_wrong():
+    """dm_control's index of arrays is fitted to this MuJoCo only while their enums agree: one enum
+    value changed (as a MuJoCo release that renumbers would) stops the env with the fix named."""
+    code = ("from dm_control.mujoco.wrapper.mjbindings import enums\n"
+            "enums.mjtObj = enums.mjtObj._replace(mjOBJ_BODY=enums.mjtObj.mjOBJ_BODY + 1)\n"
+            "from envs.dmc import suite\nsuite()\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "MUJOCO_GL": "disabled"})
+    assert proc.returncode != 0
+    assert "enums differ from the installed MuJoCo" in proc.stderr and "mjtObj.mjOBJ_BODY" in proc.stderr
+    ok = subprocess.run([sys.executable, "-c", "from envs.dmc import suite\nsuite().load('cheetah', 'run')"],
+                        cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "MUJOCO_GL": "disabled"})
+    assert ok.returncode == 0, ok.stderr[-2000:]
+
+
+def dmc_train(run_dir, *overrides):
+    cmd = [sys.executable, "train.py", f"hydra.run.dir={run_dir}", "agent=sac", "env=dmc", "env.domain=cartpole",
+           "env.task=balance", "network.hidden=[32,32]", "learning_starts=100", "batch_size=16", "eval_every=200",
+           "eval_episodes=1", "deterministic=true", "logger.progress=false", "checkpoint.every=0", *overrides]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_sac_on_dmc_resumes_bit_exact_and_evaluates_with_video(tmp_path):
+    """A run extended from its checkpoint at 300 steps (mid-episode) ends where the uninterrupted
+    600-step run does; then evaluate.py plays it with a video and exports it."""
+    whole, extended = tmp_path / "whole", tmp_path / "extended"
+    for run_dir, steps in ((whole, 600), (extended, 300)):
+        proc = dmc_train(run_dir, f"total_steps={steps}")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = resume(extended, "total_steps=600")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a, b = final_weights(whole), final_weights(extended)
+    assert a.keys() == b.keys() and a
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    whole_evals, extended_evals = ({r.split(",")[0]: r.split(",")[1] for r in (d / "eval.csv").read_text().splitlines()[1:]}
+                                   for d in (whole, extended))
+    assert list(whole_evals) == ["0", "200", "400", "600"]  # the extended run evaluated at its end (300) too
+    assert all(extended_evals[step] == ret for step, ret in whole_evals.items())
+
+    proc = evaluate(f"run_dir={whole}", "episodes=1", "video=true", "video_episodes=1", "export=true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((whole / "eval" / "latest.json").read_text())
+    assert result["videos"] and all(os.path.getsize(p) > 0 for p in result["videos"])
