@@ -51,6 +51,7 @@ import numpy as np  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
+import envs  # noqa: E402,F401 (registers this project's envs: Gridworld, MinAtar, Atari, DMC)
 from training.evaluation import evaluate  # noqa: E402
 
 
