@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, Callable, ClassVar, Literal, Protocol
 
 import keras
 import numpy as np
@@ -40,10 +40,31 @@ def vector_obs(obs_shape, agent: str) -> int:
     if len(shape) != 1:
         raise ValueError(
             f"{agent} takes vector observations, but this env's are images of shape {shape}. Image observations "
-            f"train with agent=dqn and a convolutional network (network=nature_cnn, minatar_cnn or impala_cnn), or "
-            f"pick an env with vector observations."
+            f"train with agent=dqn, td3, ddpg or sac and a convolutional network (network=nature_cnn, minatar_cnn "
+            f"or impala_cnn), or pick an env with vector observations."
         )
     return shape[0]
+
+
+def network_input(obs_shape) -> int | tuple[int, ...]:
+    """What an observation network is built on: a vector's size, or an image's shape (H, W, C)."""
+    shape = obs_shape_of(obs_shape)
+    return shape[0] if len(shape) == 1 else shape
+
+
+def critic_network(network: Callable[..., keras.Model], obs_in: int | tuple[int, ...], action_dim: int, name: str,
+                   **kwargs) -> keras.Model:
+    """Q(s, a) for vectors of `obs_in` (the action concatenated to them) or images of shape
+    `obs_in` (the action joined after the convolutions)."""
+    if isinstance(obs_in, tuple):
+        return network(obs_in, 1, name=name, action_dim=action_dim, **kwargs)
+    return network(obs_in + action_dim, 1, name=name, **kwargs)
+
+
+def critic_input(obs: tf.Tensor, action: tf.Tensor):
+    """A critic's input for Q(s, a): the two concatenated for vectors; for images the pair, which
+    the convolutional critic joins after its convolutions (`networks.cnn`)."""
+    return [obs, action] if obs.shape.rank == 4 else tf.concat([obs, action], axis=-1)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
+from agents.augment import RandomShift
 from agents.base import Agent, tracked
 from buffers.types import Batch
 from networks.normalization import RunningNormalizer
@@ -98,14 +99,18 @@ class CompiledAgent:
     traced function for K = 1, another, traced on first use, for K > 1) and hands the acting
     weights of the last one to the agent's `acting`. With `obs_norm` (running statistics), the
     agent sees normalized observations everywhere: in acting, in its updates' batches and in
-    evaluation; `observe` adds the observations of training to the statistics."""
+    evaluation; `observe` adds the observations of training to the statistics. With
+    `random_shift` (DrQ), each update's observations and next observations are shifted
+    independently, in the graph."""
 
     def __init__(self, agent: Agent, compile: str = "graph", update_precision: str = "float32",
-                 batch_shards: int = 1, numpy_acting: bool = True, obs_norm: RunningNormalizer | None = None):
+                 batch_shards: int = 1, numpy_acting: bool = True, obs_norm: RunningNormalizer | None = None,
+                 random_shift: RandomShift | None = None):
         if compile not in COMPILE_MODES:
             raise ValueError(f"compile must be one of {COMPILE_MODES}, got {compile!r}")
         self.agent = agent
         self.obs_norm = obs_norm
+        self.random_shift = random_shift
         self.compile_mode = compile
         self.update_precision = check_precision(update_precision)
         self.batch_shards = check_shards(batch_shards)
@@ -166,11 +171,14 @@ class CompiledAgent:
         kept.refresh()
 
     def trackables(self) -> dict[str, Any]:
-        return {**tracked(self.agent), **({"obs_norm": self.obs_norm} if self.obs_norm is not None else {})}
+        return {**tracked(self.agent), **({"obs_norm": self.obs_norm} if self.obs_norm is not None else {}),
+                **({"random_shift": self.random_shift.rng} if self.random_shift is not None else {})}
 
     # --- graph pieces ---------------------------------------------------------------------
     def _update_in_context(self, batch: Batch) -> dict[str, tf.Tensor]:
         """One update, traced with the speed settings that act from outside the maths."""
+        if self.random_shift is not None:
+            batch = batch._replace(obs=self.random_shift(batch.obs), next_obs=self.random_shift(batch.next_obs))
         with matmul_precision(self.update_precision), batch_shards(self.batch_shards):
             return self.agent.update(batch)
 

@@ -11,7 +11,8 @@ import tensorflow as tf
 
 from agents import losses
 from agents.acting import Forward
-from agents.base import ActionBox, Needs, adam, copy_of, tf_seed, vector_obs
+from agents.base import ActionBox, Needs, adam, copy_of, critic_input, critic_network, network_input, tf_seed
+from buffers.types import obs_shape_of
 
 
 def box_action(box: ActionBox, unit: np.ndarray, rng: np.random.Generator, noise: float | None) -> np.ndarray:
@@ -31,8 +32,8 @@ class DeterministicActor:
     def __init__(self, obs_shape: int | tuple[int, ...], action_low: np.ndarray, action_high: np.ndarray,
                  network: Callable[..., keras.Model], rng: np.random.Generator, actor_lr: float,
                  exploration_noise: float):
-        self.obs_dim = vector_obs(obs_shape, type(self).__name__)
-        self.obs_shape = (self.obs_dim,)
+        self.obs_in = network_input(obs_shape)  # a vector's size, or an image's shape
+        self.obs_shape = obs_shape_of(obs_shape)
         self.box = ActionBox(action_low, action_high)
         self.action_dim, self.action_spec = self.box.dim, self.box.spec
         self.low, self.high, self.half_range = self.box.low, self.box.high, self.box.half_range
@@ -40,8 +41,8 @@ class DeterministicActor:
         self._rng = rng
         self._tf_rng = tf.random.Generator.from_seed(tf_seed(rng))
 
-        self.actor = network(self.obs_dim, self.action_dim, output_activation="tanh", name="actor")
-        self.actor_target = copy_of(self.actor, network(self.obs_dim, self.action_dim, output_activation="tanh",
+        self.actor = network(self.obs_in, self.action_dim, output_activation="tanh", name="actor")
+        self.actor_target = copy_of(self.actor, network(self.obs_in, self.action_dim, output_activation="tanh",
                                                         name="actor_target"))
         self.actor_optimizer = adam(actor_lr)
         self.actor_optimizer.build(self.actor.trainable_variables)
@@ -49,8 +50,8 @@ class DeterministicActor:
         self.acting = Forward(self.actor)
 
     def critic_network(self, network: Callable[..., keras.Model], name: str, **kwargs) -> keras.Model:
-        """A critic Q(s, a): (obs, action) concatenated in, one value out."""
-        return network(self.obs_dim + self.action_dim, 1, name=name, **kwargs)
+        """A critic Q(s, a), one value out: (obs, action) concatenated in, or an image and an action."""
+        return critic_network(network, self.obs_in, self.action_dim, name, **kwargs)
 
     def policy(self, obs: tf.Tensor) -> tf.Tensor:
         return losses.scale_action(self.actor(obs, training=False), self.low, self.high)
@@ -61,7 +62,7 @@ class DeterministicActor:
     @staticmethod
     def q(critic: keras.Model, obs: tf.Tensor, action: tf.Tensor, training: bool = True) -> tf.Tensor:
         """A critic's Q(s, a) for a batch, shape (B,)."""
-        return tf.squeeze(critic(tf.concat([obs, action], axis=-1), training=training), axis=-1)
+        return tf.squeeze(critic(critic_input(obs, action), training=training), axis=-1)
 
     def act(self, obs: np.ndarray, explore: bool) -> np.ndarray:
         """Actions for a batch of observations; with `explore`, Gaussian noise of std

@@ -12,7 +12,8 @@ import tensorflow as tf
 
 from agents import losses
 from agents.acting import Forward
-from agents.base import ActionBox, Needs, tf_seed, vector_obs
+from agents.base import ActionBox, Needs, critic_network, network_input, tf_seed
+from buffers.types import obs_shape_of
 
 
 class SquashedGaussianActor:
@@ -22,19 +23,19 @@ class SquashedGaussianActor:
 
     def __init__(self, obs_shape: int | tuple[int, ...], action_low: np.ndarray, action_high: np.ndarray,
                  network: Callable[..., keras.Model], rng: np.random.Generator):
-        self.obs_dim = vector_obs(obs_shape, type(self).__name__)
-        self.obs_shape = (self.obs_dim,)
+        self.obs_in = network_input(obs_shape)  # a vector's size, or an image's shape
+        self.obs_shape = obs_shape_of(obs_shape)
         self.box = ActionBox(action_low, action_high)
         self.action_dim, self.action_spec = self.box.dim, self.box.spec
         self.low, self.high = self.box.low, self.box.high
         self._rng = rng
         self._tf_rng = tf.random.Generator.from_seed(tf_seed(rng))
-        self.actor = network(self.obs_dim, 2 * self.action_dim, name="actor")  # mean and raw log std
+        self.actor = network(self.obs_in, 2 * self.action_dim, name="actor")  # mean and raw log std
         self.acting = Forward(self.actor)
 
     def critic_network(self, network: Callable[..., keras.Model], name: str) -> keras.Model:
-        """A critic Q(s, a): (obs, action) concatenated in, one value out."""
-        return network(self.obs_dim + self.action_dim, 1, name=name)
+        """A critic Q(s, a), one value out: (obs, action) concatenated in, or an image and an action."""
+        return critic_network(network, self.obs_in, self.action_dim, name)
 
     def sample(self, obs: tf.Tensor, training: bool = True) -> tuple[tf.Tensor, tf.Tensor]:
         """a ~ pi(.|s) in the env's box, reparameterised, and log pi(a|s) of its squashed form;

@@ -2,7 +2,10 @@
 MinAtar size (Young & Tian 2019) and the IMPALA ResNet (Espeholt et al. 2018).
 
 They take uint8 images (H, W, C) in [0, 255], scaled to [0, 1] in the network, so replay and acting
-move bytes, not floats. The head is dense layers to `output_dim` outputs, or the dueling head.
+move bytes, not floats. The head is dense layers to `output_dim` outputs, or the dueling head. A
+continuous agent's critic Q(s, a) gives `action_dim`: the network then takes (image, action) and
+joins the action to the image's features before the head, as SB3's CnnPolicy critics do; its actor
+is the same network with its own convolutions, its output through `output_activation`.
 """
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from collections.abc import Sequence
 
 import keras
 
-from networks.mlp import INITS, DuelingCombine, dense
+from networks.mlp import INITS, DuelingCombine, dense, weight_decay
 from networks.sharding import Network
 
 
@@ -54,25 +57,31 @@ def _check_convs(convs) -> list[tuple[int, int, int]]:
     return layers
 
 
-def _head(x, fan_in: int, output_dim: int, hidden: Sequence[int], activation: str, init: str, dueling: bool,
-          name: str):
-    """Dense layers to the outputs; with `dueling`, a value and an advantage stream after the
+def _network(inputs, x, fan_in: int, output_dim: int, hidden: Sequence[int], activation: str, init: str,
+             dueling: bool, name: str, output_activation: str | None, action_dim: int, regularizer) -> Network:
+    """The image's features `x` (`fan_in` of them), joined by the action when `action_dim` > 0,
+    through dense layers to the outputs; with `dueling`, a value and an advantage stream after the
     shared ones, each with the last hidden size (Wang et al. 2016, on the Nature torso)."""
     hidden = [int(h) for h in hidden]
     if any(h < 1 for h in hidden) or (dueling and not hidden):
         raise ValueError(f"network.hidden must be positive sizes{' (at least one with dueling)' if dueling else ''}, "
                          f"got {hidden}")
-    shared = hidden[:-1] if dueling else hidden
-    for i, units in enumerate(shared):
-        x = dense(units, fan_in, init, activation=activation, name=f"{name}_h{i}")(x)
-        fan_in = units
+    if dueling and (output_activation is not None or action_dim):
+        raise ValueError("a dueling head outputs Q-values of discrete actions; continuous agents take "
+                         "network.dueling=false")
+    if action_dim:
+        action = keras.Input((int(action_dim),), name=f"{name}_action")
+        inputs, x, fan_in = [inputs, action], keras.layers.Concatenate(name=f"{name}_join")([x, action]), fan_in + int(action_dim)
+    layer = lambda units, fan, act, label: dense(units, fan, init, activation=act,  # noqa: E731
+                                                 kernel_regularizer=regularizer, name=f"{name}_{label}")
+    for i, units in enumerate(hidden[:-1] if dueling else hidden):
+        x, fan_in = layer(units, fan_in, activation, f"h{i}")(x), units
     if not dueling:
-        return dense(output_dim, fan_in, init, name=f"{name}_out")(x)
+        return Network(inputs, layer(output_dim, fan_in, output_activation, "out")(x), name=name)
     last = hidden[-1]
-    v = dense(1, last, init, name=f"{name}_v")(dense(last, fan_in, init, activation=activation, name=f"{name}_v_h")(x))
-    a = dense(output_dim, last, init, name=f"{name}_a")(
-        dense(last, fan_in, init, activation=activation, name=f"{name}_a_h")(x))
-    return DuelingCombine(name=f"{name}_out")([v, a])
+    v = layer(1, last, None, "v")(layer(last, fan_in, activation, "v_h")(x))
+    a = layer(output_dim, last, None, "a")(layer(last, fan_in, activation, "a_h")(x))
+    return Network(inputs, DuelingCombine(name=f"{name}_out")([v, a]), name=name)
 
 
 def conv_net(
@@ -84,19 +93,26 @@ def conv_net(
     init: str = "torch",
     dueling: bool = False,
     name: str = "cnn",
+    output_activation: str | None = None,
+    action_dim: int = 0,
+    l2: float = 0.0,
 ) -> keras.Model:
     """Convolutions (`convs`: [filters, kernel, stride] each, valid padding), flattened, then the
-    head. The defaults are the Nature DQN network; MinAtar's is one [16, 3, 1] layer and 128 hidden."""
+    head. The defaults are the Nature DQN network; MinAtar's is one [16, 3, 1] layer and 128 hidden.
+    `l2`: weight decay on every kernel (`networks.mlp.weight_decay`)."""
     h, w, c = image_shape(input_shape)
+    regularizer = weight_decay(l2)
     inputs, x = _scaled_input((h, w, c), name)
     for i, (filters, kernel, stride) in enumerate(_check_convs(convs)):
         if kernel > min(h, w):
             raise ValueError(f"network.convs layer {i} ({kernel}x{kernel}) does not fit its {h}x{w} input; use "
                              f"smaller kernels for these images (MinAtar's 10x10: network.convs=[[16,3,1]])")
-        x = conv(filters, kernel, stride, c, init, activation=activation, name=f"{name}_conv{i}")(x)
+        x = conv(filters, kernel, stride, c, init, activation=activation, kernel_regularizer=regularizer,
+                 name=f"{name}_conv{i}")(x)
         h, w, c = (h - kernel) // stride + 1, (w - kernel) // stride + 1, filters
     x = keras.layers.Flatten(name=f"{name}_flat")(x)
-    return Network(inputs, _head(x, h * w * c, output_dim, hidden, activation, init, dueling, name), name=name)
+    return _network(inputs, x, h * w * c, output_dim, hidden, activation, init, dueling, name, output_activation,
+                    action_dim, regularizer)
 
 
 def impala_cnn(
@@ -108,6 +124,9 @@ def impala_cnn(
     init: str = "torch",
     dueling: bool = False,
     name: str = "impala",
+    output_activation: str | None = None,
+    action_dim: int = 0,
+    l2: float = 0.0,
 ) -> keras.Model:
     """The IMPALA network: per stage a 3x3 convolution, 3x3 max-pooling with stride 2 and two
     residual blocks (relu, conv, relu, conv, added), all 'same' padding; then relu, flatten, the head."""
@@ -115,14 +134,18 @@ def impala_cnn(
     if not channels or any(int(ch) < 1 for ch in channels):
         raise ValueError(f"network.channels must be positive integers, one per stage, got {list(channels)}")
     inputs, x = _scaled_input((h, w, c), name)
+    regularizer = weight_decay(l2)
     act = keras.layers.Activation(activation)
     for s, ch in enumerate(int(ch) for ch in channels):
-        x = conv(ch, 3, 1, c, init, padding="same", name=f"{name}_s{s}_conv")(x)
+        x = conv(ch, 3, 1, c, init, padding="same", kernel_regularizer=regularizer, name=f"{name}_s{s}_conv")(x)
         x = keras.layers.MaxPooling2D(3, 2, padding="same", name=f"{name}_s{s}_pool")(x)
         c, h, w = ch, (h + 1) // 2, (w + 1) // 2
         for b in range(2):
-            y = conv(ch, 3, 1, ch, init, padding="same", name=f"{name}_s{s}_b{b}_conv0")(act(x))
-            y = conv(ch, 3, 1, ch, init, padding="same", name=f"{name}_s{s}_b{b}_conv1")(act(y))
+            y = x
+            for i in range(2):
+                y = conv(ch, 3, 1, ch, init, padding="same", kernel_regularizer=regularizer,
+                         name=f"{name}_s{s}_b{b}_conv{i}")(act(y))
             x = keras.layers.Add(name=f"{name}_s{s}_b{b}_add")([x, y])
     x = keras.layers.Flatten(name=f"{name}_flat")(keras.layers.Activation(activation, name=f"{name}_act")(x))
-    return Network(inputs, _head(x, h * w * c, output_dim, hidden, activation, init, dueling, name), name=name)
+    return _network(inputs, x, h * w * c, output_dim, hidden, activation, init, dueling, name, output_activation,
+                    action_dim, regularizer)

@@ -103,19 +103,29 @@ def test_a_renumbered_mujoco_enum_is_refused_rather_than_read_wrong():
     assert ok.returncode == 0, ok.stderr[-2000:]
 
 
-def dmc_train(run_dir, *overrides):
-    cmd = [sys.executable, "train.py", f"hydra.run.dir={run_dir}", "agent=sac", "env=dmc", "env.domain=cartpole",
-           "env.task=balance", "network.hidden=[32,32]", "learning_starts=100", "batch_size=16", "eval_every=200",
+DMC_RUNS = {
+    "states": ["agent=sac", "network.hidden=[32,32]"],
+    # TD3 from 16x16 renders, 3 stacked, with a CNN critic and actor and DrQ's random shift
+    "pixels": ["agent=td3", "env.pixels=true", "env.frame_stack=3", "env.kwargs.image_size=16", "network=nature_cnn",
+               "network.convs=[[4,3,2],[4,3,1]]", "network.hidden=[16]", "network.random_shift=2"],
+}
+
+
+def dmc_train(run_dir, kind, *overrides):
+    cmd = [sys.executable, "train.py", f"hydra.run.dir={run_dir}", "env=dmc", "env.domain=cartpole",
+           "env.task=balance", *DMC_RUNS[kind], "learning_starts=100", "batch_size=16", "eval_every=200",
            "eval_episodes=1", "deterministic=true", "logger.progress=false", "checkpoint.every=0", *overrides]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
-def test_sac_on_dmc_resumes_bit_exact_and_evaluates_with_video(tmp_path):
+@pytest.mark.parametrize("kind", sorted(DMC_RUNS))
+def test_continuous_agents_on_dmc_resume_bit_exact_and_evaluate_with_video(kind, tmp_path):
     """A run extended from its checkpoint at 300 steps (mid-episode) ends where the uninterrupted
-    600-step run does; then evaluate.py plays it with a video and exports it."""
+    600-step run does (from pixels: the frames in replay, the shift's generator); then evaluate.py
+    plays it with a video and exports it."""
     whole, extended = tmp_path / "whole", tmp_path / "extended"
     for run_dir, steps in ((whole, 600), (extended, 300)):
-        proc = dmc_train(run_dir, f"total_steps={steps}")
+        proc = dmc_train(run_dir, kind, f"total_steps={steps}")
         assert proc.returncode == 0, proc.stderr[-3000:]
     proc = resume(extended, "total_steps=600")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -132,3 +142,9 @@ def test_sac_on_dmc_resumes_bit_exact_and_evaluates_with_video(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((whole / "eval" / "latest.json").read_text())
     assert result["videos"] and all(os.path.getsize(p) > 0 for p in result["videos"])
+    import tensorflow as tf
+
+    exported = tf.saved_model.load(str(whole / "export" / "latest"))
+    obs = (np.zeros((2, 16, 16, 9), np.uint8) if kind == "pixels" else np.zeros((2, 5), np.float32))
+    action = exported(obs).numpy()
+    assert action.shape == (2, 1) and np.all(np.abs(action) <= 1)

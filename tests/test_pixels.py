@@ -226,3 +226,26 @@ def test_evaluation_epsilon_takes_random_actions_at_its_rate_from_its_own_seed()
     assert 0.25 * 0.75 - 0.03 < np.mean(actions != 3) < 0.25 * 0.75 + 0.03  # a random action is 3 a quarter of the time
     again = epsilon_greedy(greedy, space, 0.25, seed=1)
     np.testing.assert_array_equal(actions, [again(None) for _ in range(4000)])
+
+
+def test_random_shift_crops_the_edge_padded_image_at_each_offset():
+    """DrQ's shift by hand on a 4x4 image padded by 1: offset (1, 1) is the image itself, (0, 0)
+    moves it down-right with its first row and column repeated, (2, 2) up-left with its last
+    repeated; each image of a batch takes its own offsets."""
+    import tensorflow as tf
+
+    from agents.augment import RandomShift, random_shift
+
+    image = np.arange(16, dtype=np.uint8).reshape(4, 4)
+    batch = tf.constant(np.stack([image, image, image])[..., None])
+    shifted = random_shift(batch, tf.constant([[1, 1], [0, 0], [2, 2]]), 1)[..., 0].numpy()
+    np.testing.assert_array_equal(shifted[0], image)
+    np.testing.assert_array_equal(shifted[1], [[0, 0, 1, 2], [0, 0, 1, 2], [4, 4, 5, 6], [8, 8, 9, 10]])
+    np.testing.assert_array_equal(shifted[2], [[5, 6, 7, 7], [9, 10, 11, 11], [13, 14, 15, 15], [13, 14, 15, 15]])
+    assert shifted.dtype == np.uint8
+    shift = RandomShift(2, seed=0)
+    offsets = shift.rng.uniform([2000, 2], 0, 5, dtype=tf.int32).numpy()
+    assert set(np.unique(offsets)) == {0, 1, 2, 3, 4}  # -2..+2 pixels each way
+    big = tf.constant(np.random.default_rng(0).integers(0, 256, (64, 8, 8, 3)).astype(np.uint8))
+    moved = shift(big).numpy()
+    assert moved.shape == big.shape and np.mean(np.all(moved == big.numpy(), axis=(1, 2, 3))) < 0.2  # 1 in 25 stays

@@ -131,6 +131,9 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
                                                       "network (networks.mlp.mlp) is a dense one"),
         (["agent=sac", "env=dmc", "env.action_repeat=0"], "env.action_repeat must be an integer >= 1 (or null: 2 with "
                                                           "pixels, 1 from states), got 0"),
+        (["agent=dqn", "env=cartpole", "+network.random_shift=4"], "network.random_shift=4 shifts images, but this "
+                                                                    "env's observations are vectors of shape (4,)"),
+        (["agent=dqn", "env=minatar", "network.random_shift=-1"], "network.random_shift must be an integer >= 0"),
         (["agent=dqn", "env=cartpole", "eval_epsilon=2"], "eval_epsilon must be a number in [0, 1]"),
         (["eval_epsilon=0.05"], "eval_epsilon=0.05 takes random actions in evaluation, which is for discrete"),
         (["gamma=abc"], "gamma must be a number, got 'abc'"),

@@ -14,6 +14,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, get_object, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from agents.augment import RandomShift
 from agents.base import Agent, LapReplay, Needs
 from agents.compiled import CompiledAgent, CompiledPopulation
 from buffers.prioritized import PrioritizedReplay
@@ -101,11 +102,26 @@ def check_network_fits(cfg: DictConfig, obs_space: gym.Space) -> None:
 
 
 def network_node(cfg: DictConfig) -> DictConfig:
-    """The network group as its builder takes it: without `obs_norm`, which is the learner's."""
+    """The network group as its builder takes it: without `obs_norm` and `random_shift`, which
+    are the learner's."""
     node = cfg.network.copy()
     with open_dict(node):
         node.pop("obs_norm", None)
+        node.pop("random_shift", None)
     return node
+
+
+def random_shift(cfg: DictConfig, obs_shape: tuple[int, ...]) -> RandomShift | None:
+    """DrQ's random shift of image batches by up to `network.random_shift` pixels (0: none), its
+    offsets drawn from a stream of the run's seed of their own."""
+    pad = cfg.network.get("random_shift", 0)
+    if isinstance(pad, bool) or not isinstance(pad, int) or pad < 0:
+        raise ConfigError(f"network.random_shift must be an integer >= 0 (pixels of shift each way; DrQ's is 4 on "
+                          f"84x84 images, 0 turns it off), got {pad!r}")
+    if pad and len(obs_shape) != 3:
+        raise ConfigError(f"network.random_shift={pad} shifts images, but this env's observations are vectors of "
+                          f"shape {obs_shape}. Set network.random_shift=0.")
+    return RandomShift(pad, seed=int(np.random.SeedSequence([int(cfg.seed), 2]).generate_state(1)[0])) if pad else None
 
 
 def uses_obs_norm(cfg: DictConfig) -> bool:
@@ -150,7 +166,8 @@ def build_learner(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space
         except ValueError as err:  # a network the population cannot run batched
             raise ConfigError(str(err)) from err
     return CompiledAgent(agent, compile=speed.compile, update_precision=speed.update_precision,
-                         batch_shards=speed.batch_shards, numpy_acting=speed.numpy_acting, obs_norm=obs_norm)
+                         batch_shards=speed.batch_shards, numpy_acting=speed.numpy_acting, obs_norm=obs_norm,
+                         random_shift=random_shift(cfg, agent.obs_shape))
 
 
 def check_settings(node: DictConfig, group: str) -> None:
