@@ -242,7 +242,8 @@ def load_run(path: str) -> RunRecord | Skipped:
     env_id = _select(cfg, "env.id")
     env_id = None if env_id is MISSING else str(env_id)
     agent = choices.get("agent") or (summary or {}).get("agent") or (target.rsplit(".", 1)[-1].lower() if target else "unknown")
-    env = env_label(choices, env_id, override_lines) if choices else None
+    label = _select(cfg, "env.label")
+    env = env_label(choices, env_id, override_lines, None if label is MISSING else str(label)) if choices else None
     env = env or (summary or {}).get("env") or env_id or "unknown"
     seed = _select(cfg, "seed")
     try:

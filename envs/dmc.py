@@ -11,10 +11,12 @@ adapts the interface:
 - episodes end when the suite's time limit (1000 control steps) is reached: `truncated`, since the
   task goes on. A task that ends itself (discount 0) is `terminated`.
 
-Each env runs dm_control in a process of its own, spawned without TensorFlow: dm_control loads
-OpenGL (EGL, and Mesa's LLVM on a machine without a GPU) when it is imported, and that library and
-TensorFlow's LLVM in one process abort it at exit. One round trip per step costs far less than an
-agent's step.
+Each env runs dm_control in a Python process of its own (`python -m envs.dmc`, joined by a socket
+pair), without TensorFlow: dm_control loads OpenGL (EGL, and Mesa's LLVM on a machine without a
+GPU) when it is imported, and that library and TensorFlow's LLVM in one process abort it at exit.
+The process is started by subprocess, not multiprocessing, so it works from any launcher's workers
+(joblib's loky processes cannot spawn multiprocessing children) and never re-imports the caller's
+script. One round trip per step costs far less than an agent's step.
 
 dm_control 1.0.50 was built for MuJoCo 3.17. It indexes every MjModel and MjData array by name,
 and MuJoCo 4.0 removed nine flex-vertex arrays, which no suite task has. `_fit_dm_control_to_mujoco`
@@ -25,10 +27,13 @@ with MuJoCo's, and the same function checks that they do.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import signal
+import socket
+import subprocess
+import sys
 import weakref
+from multiprocessing.connection import Connection
 from typing import Any
 
 import gymnasium as gym
@@ -156,11 +161,16 @@ class _Task:
         self.env._reset_next_step = state["reset_next_step"]
 
 
-def _serve(conn, kwargs: dict[str, Any]) -> None:
-    """The env's process: build the task, then answer the env's calls until it closes."""
+def _serve(conn) -> None:
+    """The env's process: build the task from the first message, then answer the env's calls
+    until it closes (or goes: the socket's end)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the training process stops at a checkpoint and closes us
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering
+    try:
+        kwargs = conn.recv()
+    except EOFError:
+        return
     try:
         task = _Task(**kwargs)
         conn.send(("ok", task.spec()))
@@ -180,14 +190,30 @@ def _serve(conn, kwargs: dict[str, Any]) -> None:
             conn.send(("error", f"{type(err).__name__}: {err}"))
 
 
-def _stop(process, conn) -> None:
+def _stop(process: subprocess.Popen, conn: Connection) -> None:
     try:
         conn.send(("close", ()))
     except (BrokenPipeError, OSError):
         pass
-    process.join(timeout=5)
-    if process.is_alive():
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
         process.kill()
+        process.wait()
+    conn.close()
+
+
+def _start(kwargs: dict[str, Any]) -> tuple[subprocess.Popen, Connection]:
+    """`python -m envs.dmc <fd>` on one end of a socket pair, its task's arguments sent first."""
+    ours, theirs = socket.socketpair()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    process = subprocess.Popen([sys.executable, "-m", "envs.dmc", str(theirs.fileno())], pass_fds=(theirs.fileno(),),
+                               env={**os.environ, "PYTHONPATH": path}, stdin=subprocess.DEVNULL)
+    theirs.close()
+    conn = Connection(ours.detach())
+    conn.send(kwargs)
+    return process, conn
 
 
 class DMCEnv(gym.Env):
@@ -205,13 +231,8 @@ class DMCEnv(gym.Env):
             raise ValueError(f"env.image_size must be a positive integer (84 in the literature), got {image_size!r}")
         self.domain, self.task, self.pixels, self.action_repeat = domain, task, bool(pixels), action_repeat
         self.render_mode = render_mode
-        self._conn, child = mp.get_context("spawn").Pipe()
-        self._process = mp.get_context("spawn").Process(
-            target=_serve, daemon=True, args=(child, dict(domain=domain, task=task, pixels=self.pixels,
-                                                          action_repeat=action_repeat, image_size=image_size,
-                                                          render_size=int(render_size))))
-        self._process.start()
-        child.close()
+        self._process, self._conn = _start(dict(domain=domain, task=task, pixels=self.pixels, action_repeat=action_repeat,
+                                                image_size=image_size, render_size=int(render_size)))
         self._closer = weakref.finalize(self, _stop, self._process, self._conn)
         spec = self._receive()  # the process sends its spec, or its error, unasked
         self.metadata = {**self.metadata, "render_fps": spec["fps"]}
@@ -223,7 +244,7 @@ class DMCEnv(gym.Env):
         try:
             status, value = self._conn.recv()
         except (EOFError, OSError) as err:
-            raise RuntimeError(f"the DeepMind Control process died (exit code {self._process.exitcode}); check that "
+            raise RuntimeError(f"the DeepMind Control process died (exit code {self._process.poll()}); check that "
                                f"dm-control is installed (uv sync) and, for pixels, MUJOCO_GL (egl or osmesa) and the "
                                f"OpenGL libraries") from err
         if status == "error":
@@ -259,3 +280,7 @@ class DMCEnv(gym.Env):
 
     def restore_state(self, state: dict[str, Any]) -> None:
         self._call("restore_state", state)
+
+
+if __name__ == "__main__":  # an env's process (`_start`)
+    _serve(Connection(int(sys.argv[1])))

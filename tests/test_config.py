@@ -199,3 +199,18 @@ def test_a_run_saved_before_the_redesign_evaluates_to_its_own_measure_and_is_nev
     assert proc.returncode == 2 and "never loads one" in proc.stderr and "evaluate.py" in proc.stderr, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_a_config_of_many_tasks_names_its_runs_by_the_task(make_cfg):
+    """aggregate.py groups runs by env: env=atari, minatar and dmc each hold many tasks, and their
+    `label` keeps a sweep over games or tasks apart (one group per game, not one pooled group)."""
+    from training.resume import env_label
+
+    for overrides, name in ((["agent=dqn", "env=atari", "env.game=Pong"], "atari-Pong"),
+                            (["agent=dqn", "env=minatar", "env.game=seaquest"], "minatar-seaquest"),
+                            (["agent=sac", "env=dmc", "env.domain=walker", "env.task=walk"], "dmc-walker-walk"),
+                            (["agent=sac", "env=pendulum"], "pendulum")):
+        cfg = make_cfg(*overrides)
+        choice = overrides[1].split("=")[1]
+        assert env_label({"env": choice}, cfg.env.id, overrides, cfg.env.get("label")) == name
+        assert env_label({"env": choice}, "Other-v0", [*overrides, "env.id=Other-v0"], cfg.env.get("label")) == "Other-v0"

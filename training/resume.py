@@ -102,12 +102,13 @@ def hydra_record(run_dir: str) -> tuple[dict, list[str]]:
     return choices, overrides
 
 
-def env_label(choices: dict, env_id: str | None, overrides: list[str]) -> str | None:
-    """The name a run's env goes by: its env config group choice (pendulum, ant, ...), unless the
+def env_label(choices: dict, env_id: str | None, overrides: list[str], label: str | None = None) -> str | None:
+    """The name a run's env goes by: its env config group choice (pendulum, ant, ...), or the
+    group's `label` where one config holds many tasks (atari-Pong, dmc-walker-walk), unless the
     command line set `env.id`, when the group only supplied defaults and the id names the env."""
     if any(o.lstrip("+~").split("=", 1)[0] == "env.id" for o in overrides):
         return env_id
-    return choices.get("env") or env_id
+    return label or choices.get("env") or env_id
 
 
 def resume_config(run_dir: str, overrides: list[str]) -> DictConfig:

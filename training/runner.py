@@ -71,7 +71,7 @@ def run_identity(cfg: DictConfig, run_dir: str) -> dict:
     choices, overrides = hydra_record(run_dir)
     return {
         "agent": choices.get("agent") or cfg.agent._target_.rsplit(".", 1)[-1].lower(),
-        "env": env_label(choices, cfg.env.id, overrides),
+        "env": env_label(choices, cfg.env.id, overrides, cfg.env.get("label")),
         "env_id": cfg.env.id,
         "seed": int(cfg.seed),
         "overrides": [o for o in overrides if not o.startswith(("resume=", "hydra."))],
