@@ -17,7 +17,8 @@ def edge_pad(images: tf.Tensor, pad: int) -> tf.Tensor:
 
 def random_shift(images: tf.Tensor, offsets: tf.Tensor, pad: int) -> tf.Tensor:
     """Each image of the batch edge-padded by `pad` and cropped back to its size at its own
-    `offsets` (B, 2) (row, column) in [0, 2 pad]: shifted by offset - pad pixels, its border repeated."""
+    `offsets` (B, 2) (row, column) in [0, 2 pad]: its content moves by pad - offset pixels down and
+    right, the border repeated into the space it leaves."""
     height, width = tf.shape(images)[1], tf.shape(images)[2]
     padded = edge_pad(images, pad)
     rows = offsets[:, :1] + tf.range(height)[None]  # (B, H)

@@ -64,7 +64,7 @@ def critic_network(network: Callable[..., keras.Model], obs_in: int | tuple[int,
 def critic_input(obs: tf.Tensor, action: tf.Tensor):
     """A critic's input for Q(s, a): the two concatenated for vectors; for images the pair, which
     the convolutional critic joins after its convolutions (`networks.cnn`)."""
-    return [obs, action] if obs.shape.rank == 4 else tf.concat([obs, action], axis=-1)
+    return [obs, action] if len(obs.shape) == 4 else tf.concat([obs, action], axis=-1)
 
 
 @dataclass(frozen=True)

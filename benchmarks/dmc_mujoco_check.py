@@ -60,9 +60,13 @@ def compare(path_a: str, path_b: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "run":
-        run(sys.argv[2])
-    elif len(sys.argv) == 4 and sys.argv[1] == "compare":
-        compare(sys.argv[2], sys.argv[3])
-    else:
-        sys.exit(__doc__)
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("run", help="roll out every task, save to PATH").add_argument("path")
+    both = commands.add_parser("compare", help="compare two saved rollouts")
+    both.add_argument("path_a")
+    both.add_argument("path_b")
+    args = parser.parse_args()
+    run(args.path) if args.command == "run" else compare(args.path_a, args.path_b)

@@ -116,7 +116,7 @@ class _Task:
 
     def reset(self, seed: int | None):
         if seed is not None:
-            self.env.task.random.seed(seed)
+            self.env.task.random.seed(seed % 2**32)  # a RandomState takes 32-bit seeds
         return self.obs(self.env.reset())
 
     def step(self, action: np.ndarray):
@@ -132,6 +132,16 @@ class _Task:
 
     def render(self) -> np.ndarray:
         return self.env.physics.render(self.render_size, self.render_size, camera_id=self.camera)
+
+    def upload_terrain(self) -> None:
+        """Height fields into the renderer, where one has been made, as dm_control's tasks do at reset."""
+        import mujoco
+
+        physics = self.env.physics
+        if physics.model.nhfield and physics._contexts is not None:
+            with physics.contexts.gl.make_current() as ctx:
+                for i in range(physics.model.nhfield):
+                    ctx.call(mujoco.mjr_uploadHField, physics.model.ptr, physics.contexts.mujoco.ptr, i)
 
     def saved_state(self) -> dict[str, Any]:
         compiled = _model_arrays(self.compiled)
@@ -149,6 +159,7 @@ class _Task:
         current = _model_arrays(model)
         for name, compiled in _model_arrays(self.compiled).items():  # this env may have moved its targets since
             current[name][...] = state["model"].get(name, compiled)
+        self.upload_terrain()  # the renderer's copy of a height field the task moved (the quadruped's escape)
         set_mjdata_state(data, state["data"])
         # dm_control steps as mj_step2 then mj_step1, so each step starts from the position and
         # velocity stage of the last one; the arrays sized by that stage's contacts could not be
@@ -174,8 +185,8 @@ def _serve(conn) -> None:
     try:
         task = _Task(**kwargs)
         conn.send(("ok", task.spec()))
-    except Exception as err:  # a bad domain or task: the env raises it with its message
-        conn.send(("error", f"{type(err).__name__}: {err}" if not isinstance(err, ValueError) else str(err)))
+    except Exception as err:  # a bad domain or task (a ValueError), a missing package, no OpenGL
+        conn.send(("error", (type(err).__name__, str(err))))
         return
     while True:
         try:
@@ -186,8 +197,8 @@ def _serve(conn) -> None:
             return
         try:
             conn.send(("ok", getattr(task, method)(*args)))
-        except Exception as err:
-            conn.send(("error", f"{type(err).__name__}: {err}"))
+        except Exception as err:  # e.g. dm_control's PhysicsError when a simulation diverges
+            conn.send(("error", (type(err).__name__, str(err))))
 
 
 def _stop(process: subprocess.Popen, conn: Connection) -> None:
@@ -208,8 +219,10 @@ def _start(kwargs: dict[str, Any]) -> tuple[subprocess.Popen, Connection]:
     ours, theirs = socket.socketpair()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    # run from the project's root: `-m` puts the working directory first on the path, and another
+    # directory could hold a package named envs
     process = subprocess.Popen([sys.executable, "-m", "envs.dmc", str(theirs.fileno())], pass_fds=(theirs.fileno(),),
-                               env={**os.environ, "PYTHONPATH": path}, stdin=subprocess.DEVNULL)
+                               env={**os.environ, "PYTHONPATH": path}, stdin=subprocess.DEVNULL, cwd=root)
     theirs.close()
     conn = Connection(ours.detach())
     conn.send(kwargs)
@@ -248,15 +261,23 @@ class DMCEnv(gym.Env):
                                f"dm-control is installed (uv sync) and, for pixels, MUJOCO_GL (egl or osmesa) and the "
                                f"OpenGL libraries") from err
         if status == "error":
-            raise ValueError(value)
+            kind, message = value
+            if kind == "ValueError":  # a bad setting: its message names it
+                raise ValueError(message)
+            if kind in ("ImportError", "ModuleNotFoundError"):
+                raise gym.error.DependencyNotInstalled(f"{message} (uv sync installs dm-control and its dependencies)")
+            raise RuntimeError(f"the DeepMind Control process raised {kind}: {message}")
         return value
 
     def _call(self, method: str, *args):
+        if not self._closer.alive:
+            raise RuntimeError(f"this DMC env ({self.domain}-{self.task}) is closed")
         try:
             self._conn.send((method, args))
-        except (BrokenPipeError, OSError):
-            pass  # the process is gone: _receive says so
-        return self._receive()
+            return self._receive()
+        except BaseException:  # interrupted between the call and its answer: the next answer would be this one's
+            self.close()
+            raise
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)

@@ -4,8 +4,10 @@ MinAtar size (Young & Tian 2019) and the IMPALA ResNet (Espeholt et al. 2018).
 They take uint8 images (H, W, C) in [0, 255], scaled to [0, 1] in the network, so replay and acting
 move bytes, not floats. The head is dense layers to `output_dim` outputs, or the dueling head. A
 continuous agent's critic Q(s, a) gives `action_dim`: the network then takes (image, action) and
-joins the action to the image's features before the head, as SB3's CnnPolicy critics do; its actor
-is the same network with its own convolutions, its output through `output_activation`.
+joins the action to the image's features before the head; its actor is the same network with its
+own convolutions, its output through `output_activation`. `features` puts one dense layer between
+the convolutions and the join: SB3's CnnPolicy for TD3 and SAC is `features=512` with its head
+`hidden=[400, 300]` (TD3) or `[256, 256]` (SAC).
 """
 from __future__ import annotations
 
@@ -58,10 +60,12 @@ def _check_convs(convs) -> list[tuple[int, int, int]]:
 
 
 def _network(inputs, x, fan_in: int, output_dim: int, hidden: Sequence[int], activation: str, init: str,
-             dueling: bool, name: str, output_activation: str | None, action_dim: int, regularizer) -> Network:
-    """The image's features `x` (`fan_in` of them), joined by the action when `action_dim` > 0,
-    through dense layers to the outputs; with `dueling`, a value and an advantage stream after the
-    shared ones, each with the last hidden size (Wang et al. 2016, on the Nature torso)."""
+             dueling: bool, name: str, output_activation: str | None, action_dim: int, regularizer,
+             features: int | None) -> Network:
+    """The flattened convolutions `x` (`fan_in` values), through a dense layer of `features` when
+    given, joined by the action when `action_dim` > 0, then through dense layers to the outputs;
+    with `dueling`, a value and an advantage stream after the shared ones, each with the last hidden
+    size (Wang et al. 2016, on the Nature torso)."""
     hidden = [int(h) for h in hidden]
     if any(h < 1 for h in hidden) or (dueling and not hidden):
         raise ValueError(f"network.hidden must be positive sizes{' (at least one with dueling)' if dueling else ''}, "
@@ -69,6 +73,12 @@ def _network(inputs, x, fan_in: int, output_dim: int, hidden: Sequence[int], act
     if dueling and (output_activation is not None or action_dim):
         raise ValueError("a dueling head outputs Q-values of discrete actions; continuous agents take "
                          "network.dueling=false")
+    if features is not None:
+        if isinstance(features, bool) or not isinstance(features, int) or features < 1:
+            raise ValueError(f"network.features must be a positive integer or null, got {features!r}")
+        x = dense(features, fan_in, init, activation=activation, kernel_regularizer=regularizer,
+                  name=f"{name}_features")(x)
+        fan_in = features
     if action_dim:
         action = keras.Input((int(action_dim),), name=f"{name}_action")
         inputs, x, fan_in = [inputs, action], keras.layers.Concatenate(name=f"{name}_join")([x, action]), fan_in + int(action_dim)
@@ -96,6 +106,7 @@ def conv_net(
     output_activation: str | None = None,
     action_dim: int = 0,
     l2: float = 0.0,
+    features: int | None = None,
 ) -> keras.Model:
     """Convolutions (`convs`: [filters, kernel, stride] each, valid padding), flattened, then the
     head. The defaults are the Nature DQN network; MinAtar's is one [16, 3, 1] layer and 128 hidden.
@@ -112,7 +123,7 @@ def conv_net(
         h, w, c = (h - kernel) // stride + 1, (w - kernel) // stride + 1, filters
     x = keras.layers.Flatten(name=f"{name}_flat")(x)
     return _network(inputs, x, h * w * c, output_dim, hidden, activation, init, dueling, name, output_activation,
-                    action_dim, regularizer)
+                    action_dim, regularizer, features)
 
 
 def impala_cnn(
@@ -127,6 +138,7 @@ def impala_cnn(
     output_activation: str | None = None,
     action_dim: int = 0,
     l2: float = 0.0,
+    features: int | None = None,
 ) -> keras.Model:
     """The IMPALA network: per stage a 3x3 convolution, 3x3 max-pooling with stride 2 and two
     residual blocks (relu, conv, relu, conv, added), all 'same' padding; then relu, flatten, the head."""
@@ -148,4 +160,4 @@ def impala_cnn(
             x = keras.layers.Add(name=f"{name}_s{s}_b{b}_add")([x, y])
     x = keras.layers.Flatten(name=f"{name}_flat")(keras.layers.Activation(activation, name=f"{name}_act")(x))
     return _network(inputs, x, h * w * c, output_dim, hidden, activation, init, dueling, name, output_activation,
-                    action_dim, regularizer)
+                    action_dim, regularizer, features)

@@ -88,6 +88,24 @@ def test_dmc_envs_restored_mid_episode_continue_exactly(kwargs, frame_stack, tmp
         restored.close()
 
 
+def test_a_restored_quadruped_escape_renders_its_own_terrain():
+    """The escape task draws new terrain (a height field in the model) at each reset; restored into
+    an env that drew other terrain, the renders are the saved env's from the first step on."""
+    a, b = (gym.make("DMC-v1", domain="quadruped", task="escape", pixels=True) for _ in range(2))
+    try:
+        a.reset(seed=1)
+        b.reset(seed=2)
+        b.unwrapped.restore_state(a.unwrapped.saved_state())
+        action = np.zeros(a.action_space.shape, np.float32)
+        np.testing.assert_array_equal(a.step(action)[0], b.step(action)[0])
+        b.close()
+        with pytest.raises(RuntimeError, match="this DMC env \\(quadruped-escape\\) is closed"):
+            b.step(action)
+    finally:
+        a.close()
+        b.close()
+
+
 def test_a_renumbered_mujoco_enum_is_refused_rather_than_read_wrong():
     """dm_control's index of arrays is fitted to this MuJoCo only while their enums agree: one enum
     value changed (as a MuJoCo release that renumbers would) stops the env with the fix named."""
@@ -133,6 +151,7 @@ def test_continuous_agents_on_dmc_resume_bit_exact_and_evaluate_with_video(kind,
     assert a.keys() == b.keys() and a
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    assert json.loads((whole / "summary.json").read_text())["env"] == "dmc-cartpole-balance"  # env.label
     whole_evals, extended_evals = ({r.split(",")[0]: r.split(",")[1] for r in (d / "eval.csv").read_text().splitlines()[1:]}
                                    for d in (whole, extended))
     assert list(whole_evals) == ["0", "200", "400", "600"]  # the extended run evaluated at its end (300) too

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import envs  # noqa: F401 (registers MinAtar-v1 and Atari-v5)
+from buffers.types import Batch
 from envs.factory import make_env, make_vector_env
 from envs.minatar import GAMES
 from envs.state import env_state, set_env_state
@@ -249,3 +250,40 @@ def test_random_shift_crops_the_edge_padded_image_at_each_offset():
     big = tf.constant(np.random.default_rng(0).integers(0, 256, (64, 8, 8, 3)).astype(np.uint8))
     moved = shift(big).numpy()
     assert moved.shape == big.shape and np.mean(np.all(moved == big.numpy(), axis=(1, 2, 3))) < 0.2  # 1 in 25 stays
+
+
+def test_the_compiled_update_trains_on_shifted_images():
+    """TD3 on images with `random_shift` (K = 1, then K = 2 fused updates) ends with the weights of
+    the same TD3 without it, fed the batches shifted by hand with a generator seeded alike (obs,
+    then next_obs, update by update); and with other weights than on the unshifted batches."""
+    import tensorflow as tf
+
+    from agents.augment import RandomShift
+    from agents.td3 import TD3
+    from helpers import compiled, stack
+
+    def learner(shift=None):
+        keras.utils.set_random_seed(0)
+        net = lambda *a, **k: conv_net(*a, convs=[[4, 3, 2]], hidden=[8], **k)  # noqa: E731
+        agent = TD3((9, 9, 3), np.array([-1.0]), np.array([1.0]), net, np.random.default_rng(0), policy_delay=1)
+        return compiled(agent, random_shift=shift)
+
+    rng = np.random.default_rng(0)
+
+    def batch():
+        images = lambda: rng.integers(0, 256, (8, 9, 9, 3)).astype(np.uint8)  # noqa: E731
+        return Batch(images(), rng.uniform(-1, 1, (8, 1)).astype(np.float32), rng.normal(size=8).astype(np.float32),
+                     images(), np.full(8, 0.99, np.float32), np.ones(8, np.float32))
+
+    batches = [batch() for _ in range(3)]
+    shifted, by_hand, plain = learner(RandomShift(2, seed=7)), learner(), learner()
+    clone = RandomShift(2, seed=7)
+    hand = [b._replace(obs=clone(tf.constant(b.obs)).numpy(), next_obs=clone(tf.constant(b.next_obs)).numpy())
+            for b in batches]
+    for learner_, feed in ((shifted, batches), (by_hand, hand), (plain, batches)):
+        learner_.update(stack(feed[:1]))
+        learner_.update(stack(feed[1:]))
+    weights = [[w.numpy() for w in l.agent.critic1.weights + l.agent.actor.weights] for l in (shifted, by_hand, plain)]
+    for a, b in zip(weights[0], weights[1]):
+        np.testing.assert_array_equal(a, b)
+    assert any(not np.array_equal(a, c) for a, c in zip(weights[0], weights[2]))
