@@ -68,8 +68,12 @@ def sb3_settings(cfg: DictConfig) -> tuple[str, dict]:
     if agent not in ("td3", "ddpg", "sac", "crossq", "dqn"):
         raise SettingError(f"agent {cfg.agent._target_}: only td3, ddpg, sac, crossq and dqn are compared with SB3 here")
     problems = []
-    if not str(cfg.network._target_).endswith(("mlp.mlp", "mlp.dueling_mlp")):
-        problems.append(f"network {cfg.network._target_} (SB3's policies are MLPs: compare with network=mlp)")
+    cnn = str(cfg.network._target_) == "networks.cnn.conv_net"
+    if not (cnn or str(cfg.network._target_).endswith(("mlp.mlp", "mlp.dueling_mlp"))):
+        problems.append(f"network {cfg.network._target_} (compare with network=mlp, or a conv_net CNN: nature_cnn, "
+                        f"minatar_cnn)")
+    if cnn and (cfg.network.get("dueling") or cfg.network.get("random_shift")):
+        problems.append("network.dueling or network.random_shift (SB3 has neither)")
     if not str(cfg.buffer._target_).endswith("UniformReplay"):
         problems.append(f"buffer {cfg.buffer._target_} (SB3 replays uniformly: compare with buffer=uniform)")
     if int(cfg.num_envs) != 1:
@@ -88,7 +92,9 @@ def sb3_settings(cfg: DictConfig) -> tuple[str, dict]:
         batch_size=int(cfg.batch_size), gamma=float(cfg.gamma),
         train_freq=int(cfg.train_every), gradient_steps=int(gradient_steps),
         n_steps=int(cfg.buffer.get("n_step", 1)),  # same targets as SB3's NStepReplayBuffer: sb3_nstep_check.py
-        policy_kwargs=dict(net_arch=net_arch(cfg.network), activation=str(cfg.network.activation)),
+        policy_kwargs=dict(net_arch=net_arch(cfg.network), activation=str(cfg.network.activation),
+                           **({"convs": [[int(v) for v in c] for c in cfg.network.convs],
+                               "features": cfg.network.get("features")} if cnn else {})),
         device="cpu", verbose=0,
     )
     if agent == "dqn":
@@ -172,8 +178,47 @@ def _dqn_settings(cfg: DictConfig, phase_updates: int, problems: list[str]) -> d
 
 
 def make_env(cfg: DictConfig, eval: bool = False) -> gym.Env:
+    """The env train.py makes: its frames stacked (env.frame_stack), `env.eval_kwargs` over
+    `env.kwargs` for evaluation (Atari's whole games and unclipped scores)."""
+    from envs.factory import make_env as make
+
     limit = (cfg.env.get("eval_max_episode_steps") if eval else None) or cfg.env.max_episode_steps
-    return gym.make(cfg.env.id, max_episode_steps=limit, **dict(cfg.env.kwargs))
+    kwargs = {**cfg.env.kwargs, **(cfg.env.get("eval_kwargs") or {} if eval else {})}
+    return make(cfg.env.id, int(cfg.seed), max_episode_steps=limit, kwargs=kwargs,
+                frame_stack=int(cfg.env.get("frame_stack", 1)))
+
+
+def conv_features(net: dict, image_shape: tuple[int, int, int]):
+    """SB3's features extractor with the convolutions of networks/cnn.py's `conv_net` (valid padding,
+    PyTorch's default init, images scaled by SB3 as by tfrl), flattened, then `features` when set;
+    the dense layers after it are SB3's net_arch. SB3 hands images channels first, transposing
+    (H, W, C) itself unless it takes C for H (MinAtar's Seaquest, 10 x 10 x 10): the layout is
+    read from the space it hands over."""
+    import torch
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+
+    activation = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}[net["activation"]]
+    h, w, c = image_shape
+    layers, channels = [], c
+    for filters, kernel, stride in net["convs"]:
+        layers += [torch.nn.Conv2d(channels, filters, kernel, stride), activation()]
+        h, w, channels = (h - kernel) // stride + 1, (w - kernel) // stride + 1, filters
+    layers.append(torch.nn.Flatten())
+    size = h * w * channels
+    if net["features"]:
+        layers += [torch.nn.Linear(size, int(net["features"])), activation()]
+        size = int(net["features"])
+
+    class ConvFeatures(BaseFeaturesExtractor):
+        def __init__(self, space):
+            super().__init__(space, size)
+            self.net = torch.nn.Sequential(*layers)
+            self.transposed = tuple(space.shape) != tuple(image_shape)  # SB3 made it (C, H, W)
+
+        def forward(self, obs):
+            return self.net(obs if self.transposed else obs.permute(0, 3, 1, 2))
+
+    return ConvFeatures
 
 
 class SB3Policy:
@@ -198,12 +243,16 @@ def train(cfg: DictConfig, run_dir: str, agent: str, kwargs: dict) -> dict:
     if cfg.sb3.threads:
         torch.set_num_threads(int(cfg.sb3.threads))
     env, eval_env = make_env(cfg), make_env(cfg, eval=True)
+    policy = "MlpPolicy"
+    if "convs" in net:
+        policy = "CnnPolicy"
+        policy_kwargs["features_extractor_class"] = conv_features(net, tuple(env.observation_space.shape))
     model_kwargs = {**kwargs, "policy_kwargs": policy_kwargs}
     if agent == "dqn":
         model_kwargs["max_grad_norm"] = kwargs["max_grad_norm"] or float("inf")  # SB3 always clips
-        model = DQN("MlpPolicy", env, seed=int(cfg.seed), **model_kwargs)
+        model = DQN(policy, env, seed=int(cfg.seed), **model_kwargs)
     elif agent == "sac":
-        model = SAC("MlpPolicy", env, seed=int(cfg.seed), **model_kwargs)
+        model = SAC(policy, env, seed=int(cfg.seed), **model_kwargs)
     elif agent == "crossq":
         from sb3_contrib import CrossQ
 
@@ -214,7 +263,7 @@ def train(cfg: DictConfig, run_dir: str, agent: str, kwargs: dict) -> dict:
     else:
         n = env.action_space.shape[0]  # SB3 acts in [-1, 1], so its noise is in units of the half-range
         noise = NormalActionNoise(np.zeros(n), float(cfg.agent.exploration_noise) * np.ones(n))
-        model = {"td3": TD3, "ddpg": DDPG}[agent]("MlpPolicy", env, action_noise=noise, seed=int(cfg.seed), **model_kwargs)
+        model = {"td3": TD3, "ddpg": DDPG}[agent](policy, env, action_noise=noise, seed=int(cfg.seed), **model_kwargs)
     policy = SB3Policy(model)
     total, every = int(cfg.total_steps), int(cfg.eval_every)
     with EvalLog(run_dir, policy, eval_env, cfg) as log:
@@ -242,6 +291,7 @@ class EvalLog:
     def __init__(self, run_dir: str, policy, eval_env, cfg: DictConfig):
         self.policy, self.eval_env = policy, eval_env
         self.episodes, self.seed = int(cfg.eval_episodes), int(cfg.seed) + 100
+        self.epsilon = float(cfg.get("eval_epsilon") or 0.0)  # Atari's evaluation protocol, as train.py's
         self.path = os.path.join(run_dir, "eval.csv")
         self.evals: list[dict] = []
 
@@ -256,7 +306,7 @@ class EvalLog:
         self._file.close()
 
     def record(self, step: int) -> None:
-        result = {"step": step, **evaluate(self.policy, self.eval_env, self.episodes, self.seed),
+        result = {"step": step, **evaluate(self.policy, self.eval_env, self.episodes, self.seed, self.epsilon),
                   "wall_time": time.perf_counter() - self.t0}
         if not self.evals:  # train.py's columns, with success_rate where the env reports it
             self._writer.writerow(result.keys())

@@ -16,5 +16,5 @@ venv="$here/.venv-sb3"
 # sb3-contrib: CrossQ, the reference of agent=crossq
 "$venv/bin/pip" install --quiet "stable-baselines3>=2.4" "sb3-contrib>=2.4" "gymnasium[mujoco]>=1.1,<2" "hydra-core>=1.3,<1.4" \
   "ale-py>=0.12,<0.13" "opencv-python-headless>=4.9"  # Atari: the ALE and SB3's AtariWrapper
-"$venv/bin/pip" install --quiet "dm-control>=1.0.50,<2"  # env=dmc (envs/dmc.py)
+"$venv/bin/pip" install --quiet "dm-control>=1.0.50,<2" "minatar>=1.0.15,<1.1"  # env=dmc, env=minatar
 "$venv/bin/python" -c "import torch, stable_baselines3 as sb3; print('SB3', sb3.__version__, 'torch', torch.__version__, 'threads', torch.get_num_threads())"

@@ -13,5 +13,5 @@ venv="$here/.venv-sbx"
   || "$venv/bin/pip" install --quiet torch --index-url https://download.pytorch.org/whl/cpu
 "$venv/bin/pip" install --quiet "sbx-rl>=0.20" "jax[cpu]" "gymnasium[mujoco]>=1.1,<2" "hydra-core>=1.3,<1.4" \
   "ale-py>=0.12,<0.13" "opencv-python-headless>=4.9"  # Atari: the ALE and SB3's AtariWrapper
-"$venv/bin/pip" install --quiet "dm-control>=1.0.50,<2"  # env=dmc (envs/dmc.py)
+"$venv/bin/pip" install --quiet "dm-control>=1.0.50,<2" "minatar>=1.0.15,<1.1"  # env=dmc, env=minatar
 "$venv/bin/python" -c "import jax, sbx, stable_baselines3 as sb3; print('SBX', sbx.__version__, 'SB3', sb3.__version__, 'jax', jax.__version__, jax.devices())"
