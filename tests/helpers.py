@@ -164,6 +164,23 @@ def evaluate(*args):
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
+def extended_run_ends_as_the_whole(train, tmp_path, steps: int) -> tuple[dict, dict]:
+    """`train(run_dir, "total_steps=N")` run whole to `steps`, and to half of them then extended
+    from its checkpoint: both succeed and end with the same weights, every one of them bit for
+    bit. Returns the run dirs (whole, extended) and the whole run's final weights."""
+    whole, extended = tmp_path / "whole", tmp_path / "extended"
+    for run_dir, total in ((whole, steps), (extended, steps // 2)):
+        proc = train(run_dir, f"total_steps={total}")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = resume(extended, f"total_steps={steps}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a, b = final_weights(whole), final_weights(extended)
+    assert a and a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    return (whole, extended), a
+
+
 def read_csv(path):
     with open(path) as f:
         return list(csv.DictReader(f))

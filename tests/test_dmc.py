@@ -13,7 +13,7 @@ import pytest
 import envs  # noqa: F401 (registers DMC-v1)
 from envs.factory import make_vector_env
 from envs.state import env_state, set_env_state
-from helpers import ROOT, evaluate, final_weights, resume
+from helpers import ROOT, evaluate, extended_run_ends_as_the_whole
 from training import plaindata
 
 
@@ -141,16 +141,7 @@ def test_continuous_agents_on_dmc_resume_bit_exact_and_evaluate_with_video(kind,
     """A run extended from its checkpoint at 300 steps (mid-episode) ends where the uninterrupted
     600-step run does (from pixels: the frames in replay, the shift's generator); then evaluate.py
     plays it with a video and exports it."""
-    whole, extended = tmp_path / "whole", tmp_path / "extended"
-    for run_dir, steps in ((whole, 600), (extended, 300)):
-        proc = dmc_train(run_dir, kind, f"total_steps={steps}")
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    proc = resume(extended, "total_steps=600")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    a, b = final_weights(whole), final_weights(extended)
-    assert a.keys() == b.keys() and a
-    for k in a:
-        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    (whole, extended), _ = extended_run_ends_as_the_whole(lambda d, *o: dmc_train(d, kind, *o), tmp_path, 600)
     assert json.loads((whole / "summary.json").read_text())["env"] == "dmc-cartpole-balance"  # env.label
     whole_evals, extended_evals = ({r.split(",")[0]: r.split(",")[1] for r in (d / "eval.csv").read_text().splitlines()[1:]}
                                    for d in (whole, extended))
