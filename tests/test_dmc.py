@@ -130,8 +130,9 @@ DMC_RUNS = {
 
 
 def dmc_train(run_dir, kind, *overrides):
+    # episodes cut to 100 steps (a time limit over the suite's), renders for video at 64x64: cheap evaluations
     cmd = [sys.executable, "train.py", f"hydra.run.dir={run_dir}", "env=dmc", "env.domain=cartpole",
-           "env.task=balance", *DMC_RUNS[kind], "learning_starts=100", "batch_size=16", "eval_every=200",
+           "env.task=balance", "env.max_episode_steps=100", "+env.kwargs.render_size=64", *DMC_RUNS[kind], "learning_starts=100", "batch_size=16", "eval_every=200",
            "eval_episodes=1", "deterministic=true", "logger.progress=false", "checkpoint.every=0", *overrides]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
