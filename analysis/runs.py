@@ -116,6 +116,22 @@ def _plain(value):
     return value
 
 
+def _label_of_today(cfg: DictConfig, choice: str | None):
+    """A run saved before its env config had a `label`: the label that config has now, resolved
+    against the run's own env settings (atari-Pong for an Atari run with env.game=Pong), so that
+    runs from before and after the label group together; MISSING where there is none."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf", "env", f"{choice}.yaml")
+    if not choice or not os.path.isfile(path):
+        return MISSING
+    template = OmegaConf.to_container(OmegaConf.load(path), resolve=False).get("label")
+    if template is None:
+        return MISSING
+    probe = cfg.copy()
+    OmegaConf.set_struct(probe, False)
+    probe.env.label = template
+    return _select(probe, "env.label")
+
+
 def _select(cfg: DictConfig, key: str):
     """The config value at a dotted key, interpolations resolved when they can be; MISSING if absent."""
     try:
@@ -243,6 +259,8 @@ def load_run(path: str) -> RunRecord | Skipped:
     env_id = None if env_id is MISSING else str(env_id)
     agent = choices.get("agent") or (summary or {}).get("agent") or (target.rsplit(".", 1)[-1].lower() if target else "unknown")
     label = _select(cfg, "env.label")
+    if label is MISSING:
+        label = _label_of_today(cfg, choices.get("env"))
     env = env_label(choices, env_id, override_lines, None if label is MISSING else str(label)) if choices else None
     env = env or (summary or {}).get("env") or env_id or "unknown"
     seed = _select(cfg, "seed")

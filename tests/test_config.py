@@ -214,3 +214,17 @@ def test_a_config_of_many_tasks_names_its_runs_by_the_task(make_cfg):
         choice = overrides[1].split("=")[1]
         assert env_label({"env": choice}, cfg.env.id, overrides, cfg.env.get("label")) == name
         assert env_label({"env": choice}, "Other-v0", [*overrides, "env.id=Other-v0"], cfg.env.get("label")) == "Other-v0"
+
+
+def test_a_run_saved_before_its_env_had_a_label_takes_the_label_of_today(make_cfg):
+    """aggregate.py reads an old Atari run (no env.label in its saved config) as atari-Pong, as it
+    reads a new one, so a sweep that spans the change stays one group per game."""
+    from omegaconf import open_dict
+
+    from analysis.runs import MISSING, _label_of_today
+
+    cfg = make_cfg("agent=dqn", "env=atari", "env.game=Pong")
+    with open_dict(cfg):
+        del cfg.env["label"]
+    assert _label_of_today(cfg, "atari") == "atari-Pong"
+    assert _label_of_today(cfg, "pendulum") is MISSING  # pendulum.yaml has no label
