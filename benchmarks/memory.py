@@ -7,8 +7,9 @@
 
 Runs `train.py <overrides>` in a child process with a run directory of its own (a temporary one
 unless `--run-dir`) and samples, every `--interval` seconds, the resident memory of that process
-and its children (async envs) from /proc (Linux): anonymous memory (the heap: the replay buffer,
-tensors, Python objects) and file-backed memory (mapped libraries and files) apart, with the env
+and its children (async envs) from /proc (Linux), each page counted as its proportional share
+(PSS) so pages a child shares with its parent count once: anonymous memory (the heap: the replay
+buffer, tensors, Python objects) and file-backed memory (mapped libraries and files) apart, with the env
 step the run has reached (the last row of its CSV records). The exact peak of the training process
 is its `ru_maxrss` from the kernel, read when it exits (which counts the launching process's memory
 at the fork too, so this one stays small: it computes the run's layout in a child of its own); the
@@ -55,18 +56,26 @@ SB3_PYTHON = os.path.join(ROOT, "benchmarks", ".venv-sb3", "bin", "python")
 MB = 1024 * 1024
 
 
-def _status_kb(pid: int) -> dict[str, int]:
-    """RssAnon, RssFile and RssShmem of one process, in kB; empty once it has gone."""
-    out = {}
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key in ("RssAnon", "RssFile", "RssShmem"):
-                    out[key] = int(value.split()[0])
-    except (FileNotFoundError, ProcessLookupError):
-        return {}
-    return out
+def _memory_kb(pid: int) -> dict[str, int]:
+    """Anonymous, file-backed and shared-memory pages of one process in kB, each page counted as
+    its proportional share (PSS, /proc/<pid>/smaps_rollup): a page mapped by n processes counts 1/n
+    in each, so a tree's sum is its memory. Plain RSS would count a page shared with a forked child
+    twice, and a child between fork and exec shares all of its parent's. Falls back to RSS
+    (/proc/<pid>/status) where the kernel has no smaps_rollup; empty once the process has gone."""
+    for name, keys in (("smaps_rollup", ("Pss_Anon", "Pss_File", "Pss_Shmem")),
+                       ("status", ("RssAnon", "RssFile", "RssShmem"))):
+        out = {}
+        try:
+            with open(f"/proc/{pid}/{name}") as f:
+                for line in f:
+                    key, _, value = line.partition(":")
+                    if key in keys:
+                        out[key.removeprefix("Pss_").removeprefix("Rss")] = int(value.split()[0])
+        except OSError:  # no such file on an old kernel, or the process has gone
+            continue
+        if len(out) == 3:
+            return out
+    return {}
 
 
 def process_tree(pid: int) -> list[int]:
@@ -91,12 +100,13 @@ def process_tree(pid: int) -> list[int]:
 
 
 def tree_memory(pid: int) -> dict[str, float]:
-    """Resident memory of `pid` and its descendants in MB: anon, file (+ shared memory), total."""
+    """Resident memory of `pid` and its descendants in MB (proportional shares, `_memory_kb`):
+    anon, file (+ shared memory), total."""
     anon = file = 0
     for p in process_tree(pid):
-        s = _status_kb(p)
-        anon += s.get("RssAnon", 0)
-        file += s.get("RssFile", 0) + s.get("RssShmem", 0)
+        s = _memory_kb(p)
+        anon += s.get("Anon", 0)
+        file += s.get("File", 0) + s.get("Shmem", 0)
     return {"anon_mb": anon / 1024, "file_mb": file / 1024, "total_mb": (anon + file) / 1024}
 
 

@@ -291,3 +291,26 @@ def test_memory_reads_values_at_steps_and_the_process_tree():
     finally:
         child.kill()
         child.wait()
+
+
+def test_memory_counts_pages_a_forked_child_shares_once():
+    """A child forked from a process holding 200 MB, before it writes or execs, shares every page:
+    the tree holds 200 MB, not 400 (plain RSS summed over the tree said 400)."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from memory import tree_memory
+
+    script = ("import os, sys, time\n"
+              "import numpy as np\n"
+              "a = np.ones(200 * 2**20, dtype=np.uint8)\n"
+              "pid = os.fork()\n"
+              "if pid == 0:\n"
+              "    time.sleep(60); os._exit(0)\n"
+              "print(pid, flush=True); sys.stdin.readline(); os.kill(pid, 9)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(proc.stdout.readline())
+        alone = tree_memory(child)["anon_mb"]  # the child's share of the pages
+        tree = tree_memory(proc.pid)["anon_mb"]
+        assert 195 < tree < 260 and 90 < alone < 140
+    finally:
+        proc.communicate("\n", timeout=30)
