@@ -62,6 +62,15 @@ def _fit_dm_control_to_mujoco() -> None:
             f"({', '.join(changed[:4])}), so its tasks would read the wrong objects. Install a dm-control release "
             f"for this MuJoCo, or the MuJoCo it was built for (uv add 'mujoco<{mujoco.__version__.split('.')[0]}')."
         )
+    mujoco.set_mju_user_warning(_mujoco_warning)
+
+
+def _mujoco_warning(text: str) -> None:
+    # replaces dm_control's handler, which logged one deprecation for every env built: its models set
+    # `settotalmass`, which MuJoCo 4 deprecates while still applying it (the trajectories match
+    # 3.17's: benchmarks/dmc_mujoco_check.py). Any other warning goes to the run's log.
+    if "settotalmass" not in text:
+        print(f"MuJoCo warning: {text}", file=sys.stderr, flush=True)
 
 
 def suite():
