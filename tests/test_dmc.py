@@ -60,7 +60,8 @@ def through_files(tree, tmp_path):
 
 @pytest.mark.parametrize("kwargs,frame_stack", [
     ({"domain": "reacher", "task": "hard"}, 1),  # the target is placed in the model at each reset
-    ({"domain": "walker", "task": "walk", "pixels": True}, 3),  # contacts with the floor, renders
+    # contacts with the floor, renders; 125-step episodes (a render costs tens of ms here)
+    ({"domain": "walker", "task": "walk", "pixels": True, "action_repeat": 8}, 3),
 ])
 def test_dmc_envs_restored_mid_episode_continue_exactly(kwargs, frame_stack, tmp_path):
     """Saved as plain data mid-episode (the simulator, the model arrays the task moved, the task's
