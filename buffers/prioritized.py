@@ -112,10 +112,7 @@ class PrioritizedReplay(UniformReplay):
             raise ValueError("cannot sample from an empty replay buffer")
         total = self._tree.total
         values = (np.arange(batch_size) + self._rng.random((n, batch_size))) * (total / batch_size)
-        idx = np.minimum(self._tree.find(values.reshape(-1)), len(self) - 1)
-        skip = self.unsampled()
-        if skip:  # round-off may land on a leaf of priority 0: the first row that may be sampled instead
-            idx = np.where((idx - self._cursor) % self.capacity < skip, (self._cursor + skip) % self.capacity, idx)
+        idx = self._rows_at(values.reshape(-1))
         probs = self._tree.get(idx) / total
         if self.importance_weights:
             weights = ((len(self) * probs) ** (-self.beta)).reshape(n, batch_size)
@@ -124,6 +121,21 @@ class PrioritizedReplay(UniformReplay):
             weights = np.ones((n, batch_size), np.float32)
         self.last_indices, self._last_n = idx, n
         return self._batch(idx, weights.reshape(-1))
+
+    def _draw(self, n: int) -> np.ndarray:
+        """n rows drawn independently by priority (for `sample_sequences`, whose batches leave the
+        priorities as they are: MR.Q updates them from its value batches only)."""
+        if len(self) == 0:
+            raise ValueError("cannot sample from an empty replay buffer")
+        return self._rows_at(self._rng.random(n) * self._tree.total)
+
+    def _rows_at(self, values: np.ndarray) -> np.ndarray:
+        """The rows at these points of the cumulative priority mass."""
+        idx = np.minimum(self._tree.find(values), len(self) - 1)
+        skip = self.unsampled()
+        if skip:  # round-off may land on a leaf of priority 0: the first row that may be sampled instead
+            idx = np.where((idx - self._cursor) % self.capacity < skip, (self._cursor + skip) % self.capacity, idx)
+        return idx
 
     def update_priorities(self, td_error) -> None:
         if self.last_indices is None:

@@ -23,6 +23,19 @@ class Batch(NamedTuple):
     weight: np.ndarray  # (B,) float32 importance-sampling weights (ones for uniform replay)
 
 
+class Sequences(NamedTuple):
+    """H consecutive transitions of one env from each of B sampled starts (MR.Q's encoder batches):
+    the first observation, then each step's action, reward, next observation and termination.
+    Steps after a sample's first termination belong to another episode (or are not yet written):
+    their values are finite but meaningless, for the update to mask."""
+
+    obs: np.ndarray  # (B, *obs_shape)
+    action: np.ndarray  # (B, H, action_dim) float32, or (B, H) int32 for discrete actions
+    reward: np.ndarray  # (B, H) float32
+    next_obs: np.ndarray  # (B, H, *obs_shape)
+    terminated: np.ndarray  # (B, H) float32
+
+
 class Buffer(Protocol):
     draws_together: bool  # whether the batches of a phase may be drawn at once, or one per update (priorities)
 
@@ -31,6 +44,10 @@ class Buffer(Protocol):
     def sample_batches(self, batch_size: int, n: int) -> Batch:
         """n batches of batch_size drawn together, stacked on a leading axis (for fused updates),
         each drawn as `sample` draws one."""
+    def sample_sequences(self, batch_size: int, horizon: int) -> Sequences:
+        """batch_size runs of `horizon` steps (see Sequences), each starting at a row drawn as `sample`
+        draws, among those whose run is whole: stored, and not cut by a time limit before its last
+        step (a termination ends what a run needs)."""
     def update_priorities(self, td_error) -> None:
         """New priorities for the last sampled batch(es) from the update's TD errors (no-op if uniform)."""
     def cut_episodes(self) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from buffers.frames import FrameStore
-from buffers.types import Batch, copy_rows, obs_shape_of, split_batch
+from buffers.types import Batch, Sequences, copy_rows, obs_shape_of, split_batch
 
 
 class UniformReplay:
@@ -106,13 +106,61 @@ class UniformReplay:
             self._ended = np.ones(max(self._stride, 1), bool)
 
     def sample(self, batch_size: int) -> Batch:
+        return self._batch(self._draw(batch_size), np.ones(batch_size, dtype=np.float32))
+
+    def _draw(self, n: int) -> np.ndarray:
+        """n rows drawn uniformly among those that may be sampled."""
         if len(self) == 0:
             raise ValueError("cannot sample from an empty replay buffer")
         skip = self.unsampled()
-        idx = self._rng.integers(0, len(self) - skip, size=batch_size)
+        idx = self._rng.integers(0, len(self) - skip, size=n)
         if skip:
             idx = (idx + self._cursor + skip) % self.capacity
-        return self._batch(idx, np.ones(batch_size, dtype=np.float32))
+        return idx
+
+    def sample_sequences(self, batch_size: int, horizon: int) -> Sequences:
+        """Runs of `horizon` steps from starts drawn as `sample` draws rows; a start whose run is not
+        whole (`whole_runs`) is drawn again, so the starts follow the sampling distribution
+        restricted to whole runs (MR.Q's masked sampling)."""
+        idx = self._draw(batch_size)
+        for _ in range(1000):
+            redraw = ~self.whole_runs(idx, horizon)
+            if not redraw.any():
+                return self._sequences(idx, horizon)
+            idx[redraw] = self._draw(int(redraw.sum()))
+        raise ValueError(f"the replay buffer holds too few whole runs of {horizon} steps to sample from "
+                         f"({len(self)} transitions); start learning later (learning_starts) or use a shorter horizon")
+
+    def whole_runs(self, idx: np.ndarray, horizon: int) -> np.ndarray:
+        """Whether the `horizon` steps of the env's stream from each row are all stored and none but
+        the last was cut by a time limit, up to the first termination (after which a run needs
+        nothing: the update masks it)."""
+        stride, c, d = max(self._stride, 1), self._cols, self._data
+        age = (self._cursor - 1 - idx) % self.capacity if self._full else (len(self) - 1 - idx)
+        available = age // stride  # later transitions of the same env that are stored
+        whole = np.ones(len(idx), bool)
+        alive = np.ones(len(idx), bool)
+        for k in range(horizon):
+            row = (idx + k * stride) % self.capacity
+            cut = (d[row, c["truncated"]] > 0) & (k < horizon - 1)
+            whole &= ~alive | ((k <= available) & ~cut)
+            alive &= d[row, c["terminated"]] == 0
+        return whole
+
+    def _sequences(self, idx: np.ndarray, horizon: int) -> Sequences:
+        c, b = self._cols, len(idx)
+        rows = ((idx[:, None] + np.arange(horizon) * max(self._stride, 1)) % self.capacity).reshape(-1)
+        data = np.take(self._data, rows, axis=0)
+        action = data[:, c["action"]]
+        action = action[:, 0].astype(np.int32) if self.discrete_actions else action
+        next_obs = self._next_obs(rows, data)
+        return Sequences(
+            obs=self._obs(idx, data[::horizon]),
+            action=action.reshape(b, horizon, *action.shape[1:]),
+            reward=data[:, c["reward"]].reshape(b, horizon),
+            next_obs=next_obs.reshape(b, horizon, *next_obs.shape[1:]),
+            terminated=data[:, c["terminated"]].reshape(b, horizon),
+        )
 
     def unsampled(self) -> int:
         """How many rows from the cursor on are never sampled: those of a full ring of frames

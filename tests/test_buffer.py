@@ -161,3 +161,65 @@ def test_copy_rows_from_a_mapped_checkpoint_fills_a_partly_full_buffer(tmp_path,
     restored.load_state_dict(state)
     assert len(restored) == 7 and restored.state_dict()["cursor"] == saved.state_dict()["cursor"]
     np.testing.assert_array_equal(restored.field("next_obs"), saved.field("next_obs"))
+
+
+def two_env_stream(buf):
+    """Six adds of two envs; the transition of env e at time t has obs 10e + t (action its
+    negative, reward obs, next_obs obs + 0.5). Env 0 terminates at t=3, env 1 is cut by a time
+    limit at t=2; both go on with new episodes."""
+    for t in range(6):
+        v = np.array([t, 10 + t], np.float32)
+        buf.add(v[:, None], -v[:, None], v, v[:, None] + 0.5, [t == 3, False], [False, t == 2])
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_sequences_start_only_where_a_whole_run_is_stored(prioritized):
+    from buffers.prioritized import PrioritizedReplay
+
+    rng = np.random.default_rng(0)
+    buf = PrioritizedReplay(64, 1, 1, 0.9, rng, alpha=0.4, min_priority=1.0) if prioritized else UniformReplay(64, 1, 1, 0.9, rng)
+    two_env_stream(buf)
+    # rows 2t + e. Env 0: runs of 3 from t=0..3 are whole (one that reaches t=3's termination needs
+    # nothing after it); from t=4, 5 they would run past the newest row. Env 1: from t=0 the cut is
+    # the last step (whole); from t=1, 2 the run crosses the cut; from t=3 whole.
+    np.testing.assert_array_equal(buf.whole_runs(np.arange(12), 3), [1, 1, 1, 0, 1, 0, 1, 1, 0, 0, 0, 0])
+    seq = buf.sample_sequences(400, 3)
+    start = seq.obs[:, 0]
+    assert set(start.tolist()) == {0.0, 1.0, 2.0, 3.0, 10.0, 13.0}
+    steps = start[:, None] + np.arange(3)  # the stored transitions that follow, whatever their episode
+    np.testing.assert_array_equal(seq.action[..., 0], -steps)
+    np.testing.assert_array_equal(seq.reward, steps)
+    np.testing.assert_array_equal(seq.next_obs[..., 0], steps + 0.5)
+    np.testing.assert_array_equal(seq.terminated, steps == 3)
+    assert seq.action.shape == (400, 3, 1) and seq.next_obs.shape == (400, 3, 1) and seq.obs.shape == (400, 1)
+
+
+def test_sequences_follow_the_priorities_and_leave_them_as_they_are():
+    from buffers.prioritized import PrioritizedReplay
+
+    buf = PrioritizedReplay(64, 1, 1, 0.9, np.random.default_rng(0), alpha=1.0, min_priority=1.0)
+    two_env_stream(buf)
+    buf.sample(12)
+    buf.update_priorities(np.array([1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 100.0]))  # the last sampled row: 100x
+    heavy = buf.last_indices[-1]
+    before = buf._tree.get(np.arange(12)).copy()
+    seq = buf.sample_sequences(2000, 3)
+    np.testing.assert_array_equal(buf._tree.get(np.arange(12)), before)
+    starts = seq.obs[:, 0]
+    if buf.whole_runs(np.array([heavy]), 3)[0]:  # a whole run: drawn about 100x as often as each other one
+        value = buf.field("obs")[heavy, 0]
+        assert np.mean(starts == value) > 0.9
+    else:  # not whole: never drawn, however heavy
+        assert set(starts.tolist()) == {0.0, 1.0, 2.0, 3.0, 10.0, 13.0}
+
+
+def test_sequences_of_discrete_actions_and_a_buffer_with_no_whole_run():
+    buf = UniformReplay(64, 1, 1, 0.9, np.random.default_rng(0), discrete_actions=True)
+    two_env_stream(buf)
+    seq = buf.sample_sequences(8, 2)
+    assert seq.action.dtype == np.int32 and seq.action.shape == (8, 2)
+    short = UniformReplay(64, 1, 1, 0.9, np.random.default_rng(0))
+    for t in range(4):  # one episode of 4 steps so far: no run of 5 is stored
+        short.add([[t]], [[0.0]], [1.0], [[t + 1]], [False], [False])
+    with pytest.raises(ValueError, match="too few whole runs of 5 steps"):
+        short.sample_sequences(8, 5)

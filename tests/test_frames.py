@@ -151,3 +151,19 @@ def test_frames_are_stored_once():
 def test_bad_frame_settings_are_named(shape, stack, problem):
     with pytest.raises(ValueError, match=problem):
         UniformReplay(30, shape, 1, 0.9, np.random.default_rng(0), obs_dtype=np.uint8, frame_stack=stack)
+
+
+def test_sequences_rebuild_each_step_of_the_run_from_the_frames():
+    envs, stack = 3, 4
+    buf = UniformReplay(48, (H, W, stack * C), 1, 0.9, np.random.default_rng(0), obs_dtype=np.uint8, frame_stack=stack)
+    obs_at, next_at = fill(buf, Stream(envs, stack, seed=5), 30)  # the ring is full: rows overwritten
+    seq = buf.sample_sequences(32, 3)
+    whole = [r for r in sampleable(buf) if buf.whole_runs(np.array([r]), 3)[0]]
+    for i in range(32):
+        start = [r for r in whole if (obs_at[r] == seq.obs[i]).all()]
+        assert len(start) == 1, "a start that is not a whole run's, or not what the env gave"
+        for k in range(3):
+            row = (start[0] + k * envs) % buf.capacity
+            np.testing.assert_array_equal(seq.next_obs[i, k], next_at[row])
+            if seq.terminated[i, k]:
+                break
