@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from agents import checks
 from agents.acting import Forward
+from agents.replay import Transitions
 from buffers.types import Batch, obs_shape_of
 
 
@@ -103,12 +104,15 @@ class Needs:
       checkpoint policy); the runner copies `acting`'s weights into it when `policy_checkpoints` say so;
     - `policy_checkpoints`: train at episode ends and keep the best assessed policy (TD7);
     - `lap`: the critic loss is LAP's and needs LAP's replay (a LapReplay), or it is a squared
-      error that LAP's replay would bias (False), or the agent has no view (None)."""
+      error that LAP's replay would bias (False), or the agent has no view (None);
+    - `replay`: what one update takes from replay (agents/replay.py): a Batch of transitions, or
+      MR.Q's transitions and runs."""
 
     population: bool = False
     evaluation: Forward | None = None
     policy_checkpoints: PolicyCheckpoints | None = None
     lap: LapReplay | Literal[False] | None = None
+    replay: Transitions = Transitions()
 
 
 class Agent(Protocol):
@@ -139,6 +143,7 @@ class Learner(Protocol):
     """What the loop, evaluation and export use (`agents.compiled.CompiledAgent`)."""
 
     agent: Agent
+    replay: Transitions  # what an update takes from replay (the agent's `needs.replay`)
 
     def act(self, obs: np.ndarray, explore: bool) -> np.ndarray: ...
 

@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from agents.augment import RandomShift
 from agents.base import Agent, tracked
+from agents.replay import count, index, stacked
 from buffers.types import Batch
 from networks.normalization import RunningNormalizer
 from networks.precision import check_precision, matmul_precision
@@ -77,23 +78,6 @@ class ConcreteCall:
         return self.function.experimental_get_tracing_count()
 
 
-def batch_signature(obs_shape: tuple[int, ...], action: tf.TensorSpec, obs_dtype=tf.float32) -> Batch:
-    """One batch's: observations as the acting network takes them (float32 vectors, uint8 images)."""
-    return Batch(
-        obs=tf.TensorSpec([None, *obs_shape], obs_dtype, name="obs"),
-        action=action,
-        reward=tf.TensorSpec([None], tf.float32, name="reward"),
-        next_obs=tf.TensorSpec([None, *obs_shape], obs_dtype, name="next_obs"),
-        discount=tf.TensorSpec([None], tf.float32, name="discount"),
-        weight=tf.TensorSpec([None], tf.float32, name="weight"),
-    )
-
-
-def stacked(signature: Batch) -> Batch:
-    """The signature of K batches stacked on a new leading axis (K unknown: traced once for any K)."""
-    return Batch(*(tf.TensorSpec([None, *s.shape], s.dtype, name=f"{s.name}s") for s in signature))
-
-
 class CompiledAgent:
     """`agent` with its update compiled. `update(batches)` runs K >= 1 updates in one call (one
     traced function for K = 1, another, traced on first use, for K > 1) and hands the acting
@@ -116,7 +100,8 @@ class CompiledAgent:
         self.batch_shards = check_shards(batch_shards)
         for forward in self._forwards():
             forward.use_numpy(numpy_acting)
-        self.signature = batch_signature(agent.obs_shape, agent.action_spec, agent.acting.obs_dtype)
+        self.replay = agent.needs.replay
+        self.signature = self.replay.signature(agent.obs_shape, agent.action_spec, agent.acting.obs_dtype)
         # one update as the step's loop body runs it: XLA-compiled in xla mode, so that the env steps
         # driven from inside a graph call (training.driven) get the fused update too
         self._body = (tf.function(self._update_in_context, input_signature=[self.signature], jit_compile=True)
@@ -137,12 +122,12 @@ class CompiledAgent:
     def prepare(self, batches: Batch) -> Batch:
         if self.obs_norm is None:
             return batches
-        return batches._replace(obs=self.obs_norm(batches.obs), next_obs=self.obs_norm(batches.next_obs))
+        return self.replay.map_obs(batches, self.obs_norm)
 
     def update(self, batches: Batch) -> dict[str, tf.Tensor]:
         batches = self.prepare(batches)
-        if len(batches.reward) == 1:
-            metrics, weights = self._update_one(Batch(*(x[0] for x in batches)))
+        if count(batches) == 1:
+            metrics, weights = self._update_one(index(batches, 0))
         else:
             metrics, weights = self._update_many(batches)
         self.receive_weights(weights)
@@ -178,7 +163,7 @@ class CompiledAgent:
     def _update_in_context(self, batch: Batch) -> dict[str, tf.Tensor]:
         """One update, traced with the speed settings that act from outside the maths."""
         if self.random_shift is not None:
-            batch = batch._replace(obs=self.random_shift(batch.obs), next_obs=self.random_shift(batch.next_obs))
+            batch = self.replay.map_obs(batch, self.random_shift)
         with matmul_precision(self.update_precision), batch_shards(self.batch_shards):
             return self.agent.update(batch)
 
@@ -189,12 +174,12 @@ class CompiledAgent:
         """K >= 0 updates in the graph, in order, over K stacked batches (a `tf.while_loop`,
         traced once for any K). Returns the last update's metrics (`metrics` itself when K is 0),
         with `td_error` of all K batches concatenated."""
-        k = tf.shape(batches.reward)[0]
+        k = count(batches)
         metrics = {name: m for name, m in metrics.items() if name != "td_error"}
         td_errors = tf.TensorArray(tf.float32, size=k, element_shape=tf.TensorShape([None]), infer_shape=False)
 
         def body(i, _, td_errors):
-            metrics = self._body(Batch(*(x[i] for x in batches)))
+            metrics = self._body(index(batches, i))
             return i + 1, metrics, td_errors.write(i, metrics.pop("td_error"))
 
         _, metrics, td_errors = tf.while_loop(lambda i, *_: i < k, body, (tf.constant(0), metrics, td_errors))

@@ -68,7 +68,8 @@ def _kind(layer: keras.layers.Layer, inputs: list) -> str | None:
     if isinstance(layer, keras.layers.Dense):
         return "dense" if layer.use_bias and _activation(layer) is not None else None
     if isinstance(layer, keras.layers.LayerNormalization):
-        plain = layer.center and layer.scale and not getattr(layer, "rms_scaling", False)
+        affine = layer.center and layer.scale or not (layer.center or layer.scale)  # both or neither (MR.Q)
+        plain = affine and not getattr(layer, "rms_scaling", False)
         return "layer_norm" if plain and list(layer.axis) in ([-1], [rank - 1]) else None
     if isinstance(layer, keras.layers.Concatenate):
         return "concat" if layer.axis in (-1, rank - 1) else None
@@ -176,6 +177,8 @@ def graph_forward_fn(model: keras.Model) -> Callable[[list[np.ndarray], np.ndarr
         i = step.first_weight
         if step.kind == "dense":
             ops.append(lambda w, x, i=i, act=_activation(step.layer): act(x @ w[i] + w[i + 1]))
+        elif step.kind == "layer_norm" and not step.layer.weights:
+            ops.append(lambda w, x, eps=float(step.layer.epsilon): layer_norm(x, 1.0, 0.0, eps))
         elif step.kind == "layer_norm":
             ops.append(lambda w, x, i=i, eps=float(step.layer.epsilon): layer_norm(x, w[i], w[i + 1], eps))
         elif step.kind == "batch_renorm":

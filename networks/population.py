@@ -43,7 +43,9 @@ def population_forward_fn(model: keras.Model) -> Callable[[list[tf.Tensor], tf.T
                 y = step.layer.activation(tf.matmul(v, weights[i]) + per_unit(weights[i + 1]))
             elif step.kind == "layer_norm":
                 mean, var = tf.nn.moments(v, axes=[-1], keepdims=True)
-                y = (v - mean) * tf.math.rsqrt(var + step.layer.epsilon) * per_unit(weights[i]) + per_unit(weights[i + 1])
+                y = (v - mean) * tf.math.rsqrt(var + step.layer.epsilon)
+                if step.layer.weights:  # a learned scale and offset (both or neither: numpy_forward._kind)
+                    y = y * per_unit(weights[i]) + per_unit(weights[i + 1])
             else:
                 y = tf.add_n([values[j] for j in step.inputs])
             values.append(y)

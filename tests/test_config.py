@@ -22,6 +22,14 @@ def options(group):
 
 def valid_combinations():
     for agent, network, buffer, env in itertools.product(options("agent"), options("network"), options("buffer"), options("env")):
+        if (agent == "mrq") != (network == "mrq"):
+            continue  # MR.Q's networks are network=mrq's, which build only MR.Q's: refused (test_train_cli)
+        if buffer == "mrq" and agent != "mrq":
+            continue  # LAP with MR.Q's settings: it is buffer=lap's code, checked with LAP's own agents there
+        if agent == "mrq":  # vectors and images (not MinAtar's 10x10: refused), either kind of action, any replay
+            if env != "minatar":
+                yield agent, network, buffer, env
+            continue
         if (network in CNNS) != (env in PIXEL_ENVS):
             continue  # images take a CNN, vectors a dense network: refused with a message (test_train_cli)
         if (network, env) in {("nature_cnn", "minatar"), ("minatar_cnn", "atari")}:
@@ -82,7 +90,9 @@ def test_groups_have_the_expected_options():
 
 @pytest.mark.parametrize("agent,network,buffer,env", list(combinations()))
 def test_every_combination_composes_and_instantiates(make_cfg, agent, network, buffer, env):
-    extra = ["agent.population=3"] if agent == "ga" else []
+    extra = {"ga": ["agent.population=3"],
+             "mrq": [f"network.{k}=16" for k in ("zs_dim", "za_dim", "zsa_dim", "encoder_hidden", "value_hidden",
+                                                  "policy_hidden")]}.get(agent, [])
     cfg = make_cfg(f"agent={agent}", f"network={network}", f"buffer={buffer}", f"env={env}", "buffer.capacity=1000",
                    "batch_size=4", *extra)
     OmegaConf.resolve(cfg)
@@ -103,16 +113,16 @@ def test_every_combination_composes_and_instantiates(make_cfg, agent, network, b
     try:
         obs, _ = run.envs.reset(seed=0)
         space = run.envs.single_action_space
-        for _ in range(3):
+        for _ in range(8):  # MR.Q samples runs of 5 steps
             action = run.learner.act(obs, explore=True)
             assert run.envs.action_space.contains(action.astype(run.envs.action_space.dtype))
             next_obs, reward, term, trunc, _ = run.envs.step(action)
             run.buffer.add(obs, action, reward, next_obs, term, trunc)
             obs = next_obs
-        metrics = run.learner.update(run.buffer.sample_batches(4, 1))
+        metrics = run.learner.update(run.learner.replay.draw(run.buffer, 4, 1))
         run.buffer.update_priorities(metrics["td_error"])
         assert all(np.isfinite(float(v)) for v in metrics.values() if np.ndim(v) == 0)
-        assert isinstance(space, gym.spaces.Discrete) == (agent == "dqn")
+        assert isinstance(space, gym.spaces.Discrete) == (agent == "dqn" or env in DISCRETE_ENVS and agent == "mrq")
     finally:
         run.close()
 

@@ -94,3 +94,149 @@ def test_model_rollout_loss_unrolls_its_predictions_and_masks_after_termination(
     rewards = (_ce(1, 0) + _ce(2, 1)) / 2 + _ce(2, 1) / 2 + _ce(3, 0.5) / 2
     np.testing.assert_allclose([parts["dynamics"], parts["done"], parts["reward"]], [dynamics, done, rewards], rtol=1e-6)
     np.testing.assert_allclose(total, dynamics + 0.1 * rewards + done_weight * done, rtol=1e-6)
+
+
+# --- the agent --------------------------------------------------------------------------------------
+TINY_NET = dict(zs_dim=8, za_dim=4, zsa_dim=8, encoder_hidden=16, value_hidden=16, policy_hidden=16)
+OBS = 5
+
+
+def mrq(discrete=False, **kwargs):
+    from agents.mrq import MRQ
+    from networks.mrq import MRQNetworks
+
+    actions = {"num_actions": 3} if discrete else {"action_low": -2 * np.ones(2), "action_high": 2 * np.ones(2)}
+    return MRQ((OBS,), MRQNetworks(**TINY_NET), np.random.default_rng(0), enc_horizon=3, q_horizon=2,
+               **actions, **kwargs)
+
+
+def runs_batch(rng, agent, scale, n=16):
+    """MR.Q's inputs to one update, random, stacked as one (K = 1)."""
+    from agents.replay import RunsBatch
+    from buffers.types import Sequences
+    from helpers import random_batch
+
+    h = agent.enc_horizon
+    if agent.discrete:
+        batch = random_batch(rng, OBS, 0, 1, n)._replace(action=rng.integers(0, 3, n).astype(np.int32))
+        run_action = rng.integers(0, 3, (n, h)).astype(np.int32)
+    else:
+        batch = random_batch(rng, OBS, -2 * np.ones(2), 2 * np.ones(2), n)
+        run_action = rng.uniform(-2, 2, (n, h, 2)).astype(np.float32)
+    runs = Sequences(rng.normal(size=(n, OBS)).astype(np.float32), run_action, rng.normal(size=(n, h)).astype(np.float32),
+                     rng.normal(size=(n, h, OBS)).astype(np.float32), (rng.random((n, h)) < 0.2).astype(np.float32))
+    one = RunsBatch(batch, runs, np.float32(scale), np.float32(1.0))
+    return tf.nest.map_structure(lambda x: np.asarray(x)[None], one)
+
+
+def weights(model):
+    return [w.numpy().copy() for w in model.weights]
+
+
+def same(a, b):
+    return all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_targets_encoder_and_reward_scale_move_every_target_update():
+    """Every 3 updates, the first included: the targets become copies, the encoder the trained
+    copy as it was, the reward scale the buffer's and the target's the one before; in between, the
+    encoder the value and policy use stays as it is while its copy trains."""
+    from helpers import compiled
+
+    learner = compiled(mrq(target_update_every=3))
+    agent, rng = learner.agent, np.random.default_rng(1)
+    start = weights(agent.encoder_next)
+    learner.update(runs_batch(rng, agent, 2.0))
+    assert (agent.reward_scale.numpy(), agent.target_reward_scale.numpy()) == (2.0, 1.0)
+    assert same(weights(agent.encoder), start) and not same(weights(agent.encoder_next), start)
+    for scale in (5.0, 7.0):
+        learner.update(runs_batch(rng, agent, scale))
+        assert same(weights(agent.encoder), start) and agent.reward_scale.numpy() == 2.0
+    trained, value, policy = weights(agent.encoder_next), weights(agent.value), weights(agent.policy_net)
+    learner.update(runs_batch(rng, agent, 11.0))
+    assert (agent.reward_scale.numpy(), agent.target_reward_scale.numpy()) == (11.0, 2.0)
+    assert same(weights(agent.encoder), trained) and same(weights(agent.encoder_target), start)
+    assert same(weights(agent.value_target), value) and same(weights(agent.policy_target), policy)
+    assert not same(weights(agent.value), value)
+
+
+def test_value_target_reads_the_targets_in_the_scale_of_their_time():
+    """(R + discount * min Q'(zsa') * target scale) / scale, with zs', a' and zsa' from the target
+    encoder and policy (no smoothing noise here)."""
+    from helpers import compiled
+
+    learner = compiled(mrq(target_update_every=3, target_noise=0.0))
+    agent, rng = learner.agent, np.random.default_rng(2)
+    for scale in (2.0, 5.0, 7.0, 11.0, 13.0):  # the targets now differ from the online networks
+        learner.update(runs_batch(rng, agent, scale))
+    batch = tf.nest.map_structure(lambda x: tf.constant(x[0]), runs_batch(rng, agent, 1.0)).batch
+    next_zs = agent.encoder_target.zs(batch.next_obs)
+    next_action = tf.clip_by_value(tf.tanh(agent.policy_target(next_zs)), -1, 1)
+    next_q = np.min(agent.value_target(agent.encoder_target.embed(next_zs, next_action)).numpy(), axis=1)
+    expected = (batch.reward.numpy() + batch.discount.numpy() * next_q * 2.0) / 11.0
+    np.testing.assert_allclose(agent.value_target_of(batch), expected, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(agent.encoder_target.zs(batch.next_obs), agent.encoder.zs(batch.next_obs))
+
+
+def test_the_encoder_update_trains_the_copy_against_the_encoder_in_use():
+    agent, rng = mrq(), np.random.default_rng(3)
+    inputs = tf.nest.map_structure(lambda x: tf.constant(x[0]), runs_batch(rng, agent, 1.0))
+    runs = inputs.runs
+    in_use, copy, value = weights(agent.encoder), weights(agent.encoder_next), weights(agent.value)
+    agent.encoder_next.zs.set_weights([w + 0.1 for w in agent.encoder_next.zs.get_weights()])  # not the encoder's
+    next_zs = tf.reshape(agent.encoder.zs(tf.reshape(runs.next_obs, [-1, OBS])), [16, 3, -1])
+    expected, _ = losses.model_rollout_loss(agent.encoder_next.predict, agent.encoder_next.zs(runs.obs),
+                                            agent.box.to_unit(runs.action), next_zs, runs.reward, runs.terminated,
+                                            agent.bins, 1.0, 0.1, 0.1 * inputs.terminates)
+    loss, _ = agent.encoder_update(runs, inputs.terminates)
+    np.testing.assert_allclose(loss, expected, rtol=1e-6)
+    assert same(weights(agent.encoder), in_use) and same(weights(agent.value), value)
+    assert not same(weights(agent.encoder_next), copy)
+
+
+def test_discrete_evaluation_samples_the_policy_softmax():
+    """The author's select_action takes the largest entry of the Gumbel-softmax, in evaluation too:
+    a sample of softmax(pre-activation), whatever the temperature."""
+    agent = mrq(discrete=True)
+    out = agent.policy_net.get_layer("policy_out")
+    out.kernel.assign(out.kernel * 20.0)  # pre-activations far apart: a uniform choice would not pass
+    agent.acting.refresh()
+    obs = np.random.default_rng(4).normal(size=(1, OBS)).astype(np.float32)
+    pre = agent.acting(obs)[0]
+    assert np.ptp(pre) > 1.0
+    actions = agent.act(np.repeat(obs, 20000, axis=0), explore=False)
+    freq = np.bincount(actions, minlength=3) / len(actions)
+    np.testing.assert_allclose(freq, np.exp(pre) / np.exp(pre).sum(), atol=0.015)
+    assert int(agent.policy(tf.constant(obs))[0]) == int(np.argmax(pre))  # export: the most likely action
+
+
+# --- runs -------------------------------------------------------------------------------------------
+TINY_RUN = [f"network.{k}={v}" for k, v in TINY_NET.items()] + [
+    "batch_size=32", "learning_starts=100", "eval_every=200", "eval_episodes=2", "agent.target_update_every=50",
+    "logger.progress=false", "checkpoint.every=0"]
+
+
+def _train(run_dir, *overrides):
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    cmd = [sys.executable, "train.py", f"hydra.run.dir={run_dir}", "agent=mrq", *TINY_RUN, *overrides]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_resume_is_bit_exact_and_evaluate_exports_the_policy(tmp_path):
+    """Extended from its checkpoint at 200 steps (100 updates in), a run ends where the
+    uninterrupted 400-step run does: encoders (in use, in training, target), value, policy, their
+    optimizers, reward scales, the generators, LAP priorities. Then evaluate.py exports its policy."""
+    from helpers import evaluate, extended_run_ends_as_the_whole
+
+    (whole, _), weights = extended_run_ends_as_the_whole(lambda d, *o: _train(d, "env=pendulum", *o), tmp_path, 400)
+    parts = {k.split("/")[0] for k in weights}  # the trained copy's weights are kept under its optimizer's
+    assert {"encoder_zs", "encoder_target_zs", "encoder_optimizer", "value_target", "reward_scale",
+            "target_reward_scale", "tf_rng"} <= parts
+    proc = evaluate(f"run_dir={whole}", "episodes=1", "export=true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    exported = tf.saved_model.load(str(whole / "export" / "latest"))
+    assert exported(np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)).numpy().shape == (4, 1)

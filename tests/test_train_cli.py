@@ -160,6 +160,17 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
             (["speed.batch_shards=2"], "with network=sale"),
             (["env=cartpole"], "TD7 needs a continuous (Box) action space"),
         ]),
+        *((["agent=mrq", *override], message) for override, message in [
+            (["network=mlp"], "agent=mrq builds its encoders, policy and value networks from network=mrq"),
+            (["agent.num_bins=1"], "agent.num_bins must be an integer >= 2 (65 in MR.Q), got 1"),
+            (["agent.enc_horizon=0"], "agent.enc_horizon must be an integer >= 1 (MR.Q: 5 for the encoder"),
+            (["agent.lower=5", "agent.upper=1"], "agent.lower and agent.upper must be numbers with lower < upper"),
+            (["buffer.n_step=1"], "the agent's value targets are 3-step returns (agent.q_horizon=3), but the buffer's "
+                                  "are 1-step"),
+            (["env=minatar"], "MR.Q's image encoder (3x3 convolutions at strides 2, 2, 2, 1) needs images of at least "
+                              "23x23 pixels, got 10x10"),
+            (["network.zs_dim=0"], "network.zs_dim must be a positive integer (512 in MR.Q), got 0"),
+        ]),
         *((["agent=ga", "env=cartpole", "agent.population=8", "network.hidden=[8]", *override], message)
           for override, message in [
             (["agent.population=1"], "agent.population must be an integer >= 2"),
@@ -184,13 +195,13 @@ def test_bad_input_gets_a_clear_message_and_nonzero_exit(tmp_path, capsys, overr
 @pytest.mark.parametrize(
     "overrides,message",
     [
-        (["agent=ppo"], "error: agent=ppo names no config in conf/agent/; the choices are crossq, ddpg, dqn, ga, sac, td3, td7."),
-        (["agent=nosuchagent"], "error: agent=nosuchagent names no config in conf/agent/; the choices are crossq, ddpg, dqn, ga, sac, td3, td7."),
+        (["agent=ppo"], "error: agent=ppo names no config in conf/agent/; the choices are crossq, ddpg, dqn, ga, mrq, sac, td3, td7."),
+        (["agent=nosuchagent"], "error: agent=nosuchagent names no config in conf/agent/; the choices are crossq, ddpg, dqn, ga, mrq, sac, td3, td7."),
         (["env=nosuchenv"], "error: env=nosuchenv names no config in conf/env/; the choices are acrobot, ant, "),
         (["env=pendullum"], "the choices are acrobot, ant, atari, cartpole, dmc, gridworld, halfcheetah, hopper, humanoid, "
                             "inverted_pendulum, minatar, mountaincar, pendulum, reacher, walker2d. Did you mean "
                             "env=pendulum?"),
-        (["-m", "agent=td3,dqm"], "error: agent=dqm names no config in conf/agent/; the choices are crossq, ddpg, dqn, ga, sac, td3, td7. "
+        (["-m", "agent=td3,dqm"], "error: agent=dqm names no config in conf/agent/; the choices are crossq, ddpg, dqn, ga, mrq, sac, td3, td7. "
                                   "Did you mean agent=dqn?"),
     ],
 )

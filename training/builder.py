@@ -78,9 +78,15 @@ def takes_images(cfg: DictConfig) -> bool:
     return str(cfg.network._target_).startswith("networks.cnn.")
 
 
+# network groups that build an encoder for vectors and one for images (H, W, C) alike
+EITHER_OBSERVATION = ("networks.mrq.MRQNetworks",)
+
+
 def check_network_fits(cfg: DictConfig, obs_space: gym.Space) -> None:
     """Images (H, W, C) need a convolutional network, vectors a dense one."""
     shape = tuple(obs_space.shape or ())
+    if str(cfg.network._target_) in EITHER_OBSERVATION and len(shape) in (1, 3):
+        return
     images, cnn = len(shape) == 3, takes_images(cfg)
     if images and not cnn:
         raise ConfigError(
@@ -264,6 +270,11 @@ def check_fit(settings: LoopSettings, needs: Needs, buffer: Buffer | None) -> No
     ends, checked against the run's settings."""
     if needs.lap is not None and buffer is not None:
         check_lap(needs.lap, buffer)
+    if buffer is not None:
+        try:
+            needs.replay.check(buffer)
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
     if settings.train_at_episode_ends and settings.train_every != 1:
         raise ConfigError(f"train_every={settings.train_every} with training at episode ends: the updates due come at "
                           f"each episode's end, not every train_every steps; leave train_every at 1.")

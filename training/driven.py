@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from agents.base import Learner
-from agents.compiled import stacked
+from agents.replay import count, stacked
 from buffers.types import Batch
 
 HOST_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")  # the driver's deliberate host round trip
@@ -38,7 +38,8 @@ class GraphDriver:
         self.learner = learner
         self._signature = stacked(learner.signature)
         self._fn = tf.function(self._drive, input_signature=[])
-        self._no_batches = Batch(*(np.zeros([0, 0, *s.shape[2:]], s.dtype.as_numpy_dtype) for s in self._signature))
+        self._no_batches = tf.nest.map_structure(lambda s: np.zeros([d or 0 for d in s.shape], s.dtype.as_numpy_dtype),
+                                                 self._signature)
         self._source: Source | None = None
         self._source_error: BaseException | None = None
         self._td_pending, self._updates, self._host_metrics = False, 0, {}
@@ -68,13 +69,14 @@ class GraphDriver:
         return self._fn.get_concrete_function().graph
 
     def _drive(self):
-        dtypes = [s.dtype for s in self._signature] + [tf.bool]
+        specs = tf.nest.flatten(self._signature)
+        dtypes = [s.dtype for s in specs] + [tf.bool]
         zeros = self.learner.metric_zeros()
         learner = self.learner
 
         def body(_, metrics, weights):
             *batches, more = tf.numpy_function(self._call_source, [weights, metrics["td_error"]], dtypes, stateful=True)
-            batches = Batch(*(tf.ensure_shape(x, s.shape) for x, s in zip(batches, self._signature)))
+            batches = tf.nest.pack_sequence_as(self._signature, [tf.ensure_shape(x, s.shape) for x, s in zip(batches, specs)])
             metrics = learner.step(batches, metrics)
             return tf.ensure_shape(more, []), metrics, learner.acting_weights()
 
@@ -93,11 +95,11 @@ class GraphDriver:
         except BaseException as err:
             self._source_error = err
             raise
-        self._td_pending = batches is not None and len(batches.reward) > 0
+        self._td_pending = batches is not None and count(batches) > 0
         if self._td_pending:
             batches = self.learner.prepare(batches)
-            self._updates += len(batches.reward)
+            self._updates += count(batches)
             self._host_metrics = self.learner.agent.host_metrics()  # as of these updates, as `update` has them
         else:
             batches = self._no_batches
-        return (*batches, np.bool_(more))
+        return (*tf.nest.flatten(batches), np.bool_(more))

@@ -180,7 +180,7 @@ def train(
                 return None, False
         k = pending if buffer.draws_together else 1
         pending -= k
-        return buffer.sample_batches(s.batch_size, k), more or pending > 0
+        return learner.replay.draw(buffer, s.batch_size, k), more or pending > 0
 
     pending, more = 0, True  # the driver's source: updates due whose batches are not drawn yet
     # fused: a phase's updates in one call, their batches drawn together unless the buffer's priorities
@@ -202,7 +202,7 @@ def train(
                     buffer.update_priorities(metrics["td_error"])
         elif n := env_step():
             for k in [n] if fused else [1] * n:
-                metrics = learner.update(buffer.sample_batches(s.batch_size, k))
+                metrics = learner.update(learner.replay.draw(buffer, s.batch_size, k))
                 buffer.update_priorities(metrics.get("td_error"))
         for step, ret, length in episodes:  # logged here: never from inside a compiled call
             logger.log("train", step, {"episode_return": ret, "episode_length": length})

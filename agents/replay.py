@@ -1,0 +1,125 @@
+"""What one update takes from replay, declared by the agent (`Needs.replay`) and used by the
+compiled update (its input signature, what happens to observations around the maths) and by the loop
+(what it draws). Most agents take one `Batch` of transitions (`Transitions`); MR.Q takes a batch of
+(multi-step) transitions for its value and policy, runs of consecutive steps for its encoder, and two
+facts of the whole buffer (`TransitionsAndRuns`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+import tensorflow as tf
+
+from agents import checks
+from buffers.types import Batch, Buffer, Sequences
+
+
+def batch_signature(obs_shape: tuple[int, ...], action: tf.TensorSpec, obs_dtype=tf.float32) -> Batch:
+    """One batch's: observations as the acting network takes them (float32 vectors, uint8 images)."""
+    return Batch(
+        obs=tf.TensorSpec([None, *obs_shape], obs_dtype, name="obs"),
+        action=action,
+        reward=tf.TensorSpec([None], tf.float32, name="reward"),
+        next_obs=tf.TensorSpec([None, *obs_shape], obs_dtype, name="next_obs"),
+        discount=tf.TensorSpec([None], tf.float32, name="discount"),
+        weight=tf.TensorSpec([None], tf.float32, name="weight"),
+    )
+
+
+def stacked(signature):
+    """The signature of K updates' inputs stacked on a new leading axis (K unknown: traced once for any K)."""
+    return tf.nest.map_structure(lambda s: tf.TensorSpec([None, *s.shape], s.dtype, name=f"{s.name}s"), signature)
+
+
+def count(batches) -> Any:
+    """K, the number of updates' inputs stacked in `batches` (an int, or a tensor in a graph)."""
+    first = tf.nest.flatten(batches)[0]
+    return first.shape[0] if isinstance(first, np.ndarray) else tf.shape(first)[0]
+
+
+def index(batches, i):
+    """The i-th update's inputs of K stacked ones."""
+    return tf.nest.map_structure(lambda x: x[i], batches)
+
+
+class Transitions:
+    """One Batch of transitions per update (buffer.sample)."""
+
+    def signature(self, obs_shape: tuple[int, ...], action: tf.TensorSpec, obs_dtype) -> Batch:
+        return batch_signature(obs_shape, action, obs_dtype)
+
+    def draw(self, buffer: Buffer, batch_size: int, k: int) -> Batch:
+        return buffer.sample_batches(batch_size, k)
+
+    def map_obs(self, batch: Batch, fn: Callable) -> Batch:
+        """`fn` applied to every observation of one update's inputs (normalization, random shifts)."""
+        return batch._replace(obs=fn(batch.obs), next_obs=fn(batch.next_obs))
+
+    def check(self, buffer: Buffer) -> None:
+        """Refuse a buffer that cannot give these inputs (ValueError)."""
+
+
+class RunsBatch(NamedTuple):
+    """MR.Q's inputs to one update: transitions for the value and policy, runs for the encoder, and
+    the buffer's mean absolute reward and whether any stored transition terminated."""
+
+    batch: Batch
+    runs: Sequences
+    reward_scale: np.ndarray  # () float32
+    terminates: np.ndarray  # () float32: 1 once any stored transition has terminated
+
+
+def _over_steps(fn: Callable, x):
+    """`fn` on (B, H, ...) observations as (B * H, ...), reshaped back."""
+    if isinstance(x, np.ndarray):
+        return fn(x.reshape(-1, *x.shape[2:])).reshape(x.shape)
+    shape = tf.shape(x)
+    return tf.reshape(fn(tf.reshape(x, tf.concat([[-1], shape[2:]], 0))), shape)
+
+
+@dataclass(frozen=True)
+class TransitionsAndRuns(Transitions):
+    """A Batch of n-step transitions and `horizon`-step runs (buffer.sample_sequences) per update,
+    with the buffer's mean absolute reward and whether it holds a termination."""
+
+    horizon: int
+    n_step: int
+
+    def signature(self, obs_shape: tuple[int, ...], action: tf.TensorSpec, obs_dtype) -> RunsBatch:
+        steps = [None, self.horizon]
+        return RunsBatch(
+            batch=batch_signature(obs_shape, action, obs_dtype),
+            runs=Sequences(
+                obs=tf.TensorSpec([None, *obs_shape], obs_dtype, name="run_obs"),
+                action=tf.TensorSpec(steps + list(action.shape[1:]), action.dtype, name="run_action"),
+                reward=tf.TensorSpec(steps, tf.float32, name="run_reward"),
+                next_obs=tf.TensorSpec(steps + list(obs_shape), obs_dtype, name="run_next_obs"),
+                terminated=tf.TensorSpec(steps, tf.float32, name="run_terminated"),
+            ),
+            reward_scale=tf.TensorSpec([], tf.float32, name="reward_scale"),
+            terminates=tf.TensorSpec([], tf.float32, name="terminates"),
+        )
+
+    def draw(self, buffer: Buffer, batch_size: int, k: int) -> RunsBatch:
+        batch = buffer.sample_batches(batch_size, k)  # first: a prioritized buffer updates these batches' priorities
+        runs = buffer.sample_sequences(batch_size * k, self.horizon)
+        return RunsBatch(batch, Sequences(*(x.reshape(k, batch_size, *x.shape[1:]) for x in runs)),
+                         np.full(k, buffer.mean_abs_reward(), np.float32),
+                         np.full(k, float(buffer.any_terminated()), np.float32))
+
+    def map_obs(self, batch: RunsBatch, fn: Callable) -> RunsBatch:
+        runs = batch.runs._replace(obs=fn(batch.runs.obs), next_obs=_over_steps(fn, batch.runs.next_obs))
+        return batch._replace(batch=super().map_obs(batch.batch, fn), runs=runs)
+
+    def check(self, buffer: Buffer) -> None:
+        n_step = getattr(buffer, "n_step", None)
+        if n_step != self.n_step:
+            raise ValueError(f"the agent's value targets are {self.n_step}-step returns (agent.q_horizon={self.n_step}), "
+                             f"but the buffer's are {n_step}-step (buffer.n_step={n_step}); leave buffer.n_step out of "
+                             f"the command (agent=mrq sets it to agent.q_horizon).")
+
+
+def check_horizon(value, key: str) -> int:
+    return checks.integer(value, key, "an integer >= 1 (MR.Q: 5 for the encoder, 3 for the value)")
