@@ -44,7 +44,7 @@ def main() -> None:
     for transition in random_transitions(run.envs, 5000):
         run.buffer.add(*transition)
     agent, envs = run.learner, run.envs
-    batch = run.buffer.sample_batches(int(cfg.batch_size), 1)
+    batch = run.learner.replay.draw(run.buffer, int(cfg.batch_size), 1)
     update_s = per_call(lambda: agent.update(batch), 1, 5)
     obs = envs.reset(seed=0)[0]
 

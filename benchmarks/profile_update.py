@@ -125,8 +125,8 @@ def main() -> None:
     for transition in random_transitions(run.envs, max(5000, int(cfg.batch_size) * a.k)):
         run.buffer.add(*transition)
     batch_size, agent = int(cfg.batch_size), run.learner
-    one = run.buffer.sample_batches(batch_size, 1)
-    many = run.buffer.sample_batches(batch_size, a.k)
+    one = run.learner.replay.draw(run.buffer, batch_size, 1)
+    many = run.learner.replay.draw(run.buffer, batch_size, a.k)
     # one update traced again on this batch's own shapes (the compiled one leaves the batch size open)
     first = type(one)(*(tf.convert_to_tensor(x[0]) for x in one))
     own, called = matmul_flops(tf.function(agent.agent.update).get_concrete_function(first).graph)

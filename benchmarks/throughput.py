@@ -163,7 +163,8 @@ def measure_loop(cfg: DictConfig, mode: str, bench: DictConfig, time_parts: bool
     settings = timed_settings(parts.settings, warmup, steps, repeats)
     timer = _PartTimer()
     timed = [(parts.envs, "step", "env_step"), (parts.learner, "act", "act"), (parts.learner, "update", "update"),
-             (parts.buffer, "add", "buffer_add"), (parts.buffer, "sample_batches", "sample")]
+             (parts.buffer, "add", "buffer_add"), (parts.buffer, "sample_batches", "sample"),
+             (parts.buffer, "sample_sequences", "sample")]
     if parts.driver is not None:
         timed.append((parts.driver, "run", "update"))
     for obj, method, part in timed if time_parts else []:
@@ -227,13 +228,14 @@ def measure_update(agent, buffer, run: DictConfig, bench: DictConfig, mode: str)
     cadence when it fuses another number), in ms per update, on batches of the filled buffer;
     and the sampling of K batches together."""
     reps, B, K = int(bench.repeats), int(run.batch_size), int(bench.fuse)
-    batch = buffer.sample_batches(B, 1)
+    draw = lambda n: agent.replay.draw(buffer, B, n)  # noqa: E731  (MR.Q's: batches and runs)
+    batch = draw(1)
     number = 5 if mode == "eager" else 50
     out = {"update_ms": 1e3 * per_call(lambda: agent.update(batch), number, reps)}
     for n in sorted({K, updates_per_phase(run) if run.speed.fuse_updates else 1} - {1}):
-        stacked = buffer.sample_batches(B, n)
+        stacked = draw(n)
         out[f"fused_x{n}_update_ms"] = 1e3 * per_call(lambda: agent.update(stacked), max(1, number // n), reps) / n
-        out[f"sample_x{n}_us"] = 1e6 * per_call(lambda: buffer.sample_batches(B, n), max(1, 800 // n), reps)
+        out[f"sample_x{n}_us"] = 1e6 * per_call(lambda: draw(n), max(1, 800 // n), reps)
     if mode == "graph":
         out["update_traces"] = agent.update_trace_count
     return out
