@@ -61,7 +61,8 @@ class UniformReplay:
         self._data = np.zeros((self.capacity, 2 * o + a + 3), dtype=np.float32)
         self._cursor = 0
         self._full = False
-        self._abs_reward_sum = 0.0  # of the stored rows, kept as rows come and go (MR.Q's reward scale)
+        # kept only once asked for (`keep_reward_stats`: MR.Q's), as each add pays for them
+        self._abs_reward_sum: float | None = None  # of the stored rows, kept as rows come and go
         self._terminated = False  # whether any transition added so far terminated
 
     def __len__(self) -> int:
@@ -92,21 +93,32 @@ class UniformReplay:
             d[idx, c["next_obs"]] = np.asarray(next_obs, dtype=np.float32).reshape(n, self.obs_dim)
         d[idx, c["action"]] = np.asarray(action, dtype=np.float32).reshape(n, self.action_dim)
         reward = np.asarray(reward, dtype=np.float32).reshape(n)
-        # rows not yet written hold zeros, so taking the old rewards off is right before the ring is full too
-        self._abs_reward_sum += float(np.abs(reward).sum(dtype=np.float64) - np.abs(d[idx, c["reward"]]).sum(dtype=np.float64))
-        self._terminated = self._terminated or bool(np.any(terminated))
+        if self._abs_reward_sum is not None:
+            # rows not yet written hold zeros: taking the old rewards off is right before the ring is full too
+            self._abs_reward_sum += float(np.abs(reward).sum(dtype=np.float64) - np.abs(d[idx, c["reward"]]).sum(dtype=np.float64))
+            self._terminated = self._terminated or bool(np.any(terminated))
         d[idx, c["reward"]] = reward
         d[idx, c["terminated"]] = np.asarray(terminated, dtype=np.float32).reshape(n)
         d[idx, c["truncated"]] = np.asarray(truncated, dtype=np.float32).reshape(n)
         self._full = self._full or self._cursor + n >= self.capacity
         self._cursor = int((self._cursor + n) % self.capacity)
 
+    def keep_reward_stats(self) -> None:
+        """Keep, from now on, what `mean_abs_reward` and `any_terminated` report (from the rows stored so far)."""
+        if self._abs_reward_sum is None:
+            rows = self._data[: len(self)]
+            self._abs_reward_sum = float(np.abs(rows[:, self._cols["reward"]]).sum(dtype=np.float64))
+            self._terminated = bool(np.any(rows[:, self._cols["terminated"]] > 0))
+
     def mean_abs_reward(self, eps: float = 1e-8) -> float:
         """The mean absolute reward of the stored transitions, at least `eps` (MR.Q's reward scale)."""
+        self.keep_reward_stats()
         return max(self._abs_reward_sum / max(len(self), 1), eps)
 
     def any_terminated(self) -> bool:
-        """Whether any transition added so far terminated (MR.Q learns to predict terminations once one has)."""
+        """Whether any stored transition (or any added since `keep_reward_stats`) terminated (MR.Q learns
+        to predict terminations once one has)."""
+        self.keep_reward_stats()
         return self._terminated
 
     def cut_episodes(self) -> None:
@@ -266,9 +278,10 @@ class UniformReplay:
             "full": np.asarray(self._full),
             "capacity": np.asarray(self.capacity, dtype=np.int64),
             "stride": np.asarray(self._stride, dtype=np.int64),
-            "abs_reward_sum": np.asarray(self._abs_reward_sum, dtype=np.float64),
-            "terminated": np.asarray(self._terminated),
         }
+        if self._abs_reward_sum is not None:
+            state.update(abs_reward_sum=np.asarray(self._abs_reward_sum, dtype=np.float64),
+                         terminated=np.asarray(self._terminated))
         if self.frames is not None:
             state.update(self.frames.state_dict(len(self)), ended=self._ended)
         return state
@@ -287,11 +300,11 @@ class UniformReplay:
         self._cursor = int(state["cursor"])
         self._full = bool(state["full"])
         self._stride = int(state.get("stride", 0))
-        rows = state["data"]  # a state saved before these were kept: computed from its rows
-        self._abs_reward_sum = float(state["abs_reward_sum"]) if "abs_reward_sum" in state else float(
-            np.abs(rows[:, self._cols["reward"]]).sum(dtype=np.float64))
-        self._terminated = bool(state["terminated"]) if "terminated" in state else bool(
-            np.any(rows[:, self._cols["terminated"]] > 0))
+        if "abs_reward_sum" in state:  # the sums a run that kept them had: its own rounding, for an exact resume
+            self._abs_reward_sum, self._terminated = float(state["abs_reward_sum"]), bool(state["terminated"])
+        elif self._abs_reward_sum is not None:  # computed from the rows
+            self._abs_reward_sum = None
+            self.keep_reward_stats()
         if self.frames is not None:
             self.frames.load_state_dict(state)
             self._ended = np.array(state["ended"], bool)

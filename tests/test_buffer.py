@@ -223,3 +223,18 @@ def test_sequences_of_discrete_actions_and_a_buffer_with_no_whole_run():
         short.add([[t]], [[0.0]], [1.0], [[t + 1]], [False], [False])
     with pytest.raises(ValueError, match="too few whole runs of 5 steps"):
         short.sample_sequences(8, 5)
+
+
+def test_mean_absolute_reward_follows_the_rows_the_ring_holds():
+    """MR.Q's reward scale: over the stored rows only, as the ring overwrites them, and kept whole
+    through a save and restore."""
+    buf = UniformReplay(4, 1, 1, 0.9, np.random.default_rng(0))
+    for r, t in [(1, False), (-2, False), (3, True)]:
+        buf.add([[0]], [[0]], [r], [[0]], [t], [False])
+    assert (buf.mean_abs_reward(), buf.any_terminated()) == (2.0, True)
+    for r in (-4, 5):  # the second overwrites the first row (1)
+        buf.add([[0]], [[0]], [r], [[0]], [False], [False])
+    assert buf.mean_abs_reward() == (2 + 3 + 4 + 5) / 4
+    restored = UniformReplay(4, 1, 1, 0.9, np.random.default_rng(0))
+    restored.load_state_dict(buf.state_dict())
+    assert restored.mean_abs_reward() == 3.5 and restored.any_terminated()
