@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from agents.base import Learner
-from agents.replay import count, stacked
+from agents.replay import count, flatten, stacked
 from buffers.types import Batch
 
 HOST_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")  # the driver's deliberate host round trip
@@ -102,4 +102,4 @@ class GraphDriver:
             self._host_metrics = self.learner.agent.host_metrics()  # as of these updates, as `update` has them
         else:
             batches = self._no_batches
-        return (*tf.nest.flatten(batches), np.bool_(more))
+        return (*flatten(batches), np.bool_(more))
