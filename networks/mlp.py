@@ -20,6 +20,13 @@ def weight_decay(coefficient: float):
     return keras.regularizers.L2(coefficient / 2) if coefficient > 0 else None
 
 
+def check_width(value, key: str, usual: str) -> int:
+    """A layer width setting: a positive integer, or a ValueError naming the key and its usual value."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"network.{key} must be a positive integer ({usual}), got {value!r}")
+    return value
+
+
 def dense(units: int, fan_in: int, init: str, **kwargs) -> keras.layers.Dense:
     """A Dense layer of `units` on `fan_in` inputs, initialized as `init` says:
     - torch: PyTorch's nn.Linear default, kernel and bias U(+-1/sqrt(fan_in)); the reference

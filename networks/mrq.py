@@ -19,6 +19,7 @@ import keras
 import tensorflow as tf
 
 from networks.cnn import image_shape
+from networks.mlp import check_width
 
 ACTIVATIONS = ("relu", "elu", "tanh")
 CONVS = ((32, 2), (32, 2), (32, 2), (32, 1))  # filters and stride of the image encoder's 3x3 convolutions
@@ -46,9 +47,7 @@ def _mlp(x, output_dim: int, hidden: int, activation: str, name: str):
 
 
 def _width(value, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"network.{key} must be a positive integer (512 in MR.Q), got {value!r}")
-    return value
+    return check_width(value, key, "512 in MR.Q")
 
 
 class Encoder(NamedTuple):

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import keras
 import tensorflow as tf
 
-from networks.mlp import dense
+from networks.mlp import check_width, dense
 
 ACTIVATIONS = ("relu", "elu", "tanh")
 
@@ -36,9 +36,7 @@ class AvgL1Norm(keras.layers.Layer):
 
 
 def _check_width(value, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"network.{key} must be a positive integer (256 in TD7), got {value!r}")
-    return value
+    return check_width(value, key, "256 in TD7")
 
 
 class Encoder(NamedTuple):
