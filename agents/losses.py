@@ -197,22 +197,13 @@ def masked_mse(prediction: tf.Tensor, target: tf.Tensor, mask: tf.Tensor) -> tf.
     return tf.reduce_mean(tf.square(prediction - target) * tf.reshape(mask, [-1, 1]))
 
 
-def multi_step_return(reward: tf.Tensor, terminated: tf.Tensor, gamma: float) -> tuple[tf.Tensor, tf.Tensor]:
-    """The discounted sum of the rewards of H consecutive transitions (B, H), stopping after the
-    first that terminates, and whether none did (B,): sum_k gamma^k r_k prod_{j<k} (1 - term_j) and
-    prod_k (1 - term_k). (The author's code weighs r_k by (1 - term_k) instead, which drops the
-    terminal reward and counts its buffer's rows after the terminal one.)"""
-    alive = tf.math.cumprod(1.0 - terminated, axis=1, exclusive=True)  # not terminated before step k
-    powers = gamma ** tf.range(tf.shape(reward)[1], dtype=tf.float32)
-    return tf.reduce_sum(reward * alive * powers, axis=1), tf.reduce_prod(1.0 - terminated, axis=1)
-
-
-def scaled_value_target(reward: tf.Tensor, not_done: tf.Tensor, discount: float, next_value: tf.Tensor,
-                        reward_scale: tf.Tensor, target_reward_scale: tf.Tensor) -> tf.Tensor:
+def scaled_value_target(reward: tf.Tensor, discount: tf.Tensor, next_value: tf.Tensor, reward_scale: tf.Tensor,
+                        target_reward_scale: tf.Tensor) -> tf.Tensor:
     """MR.Q's value target in units of the buffer's mean absolute reward: the target network's
     values are in the units of its time (`target_reward_scale`), the online ones in today's
-    (`reward_scale`): (R + not_done * gamma^H * Q' * target_scale) / scale."""
-    return tf.stop_gradient((reward + not_done * discount * next_value * target_reward_scale) / reward_scale)
+    (`reward_scale`): (R + discount * Q' * target_scale) / scale, with R and discount the buffer's
+    n-step return and gamma^m (1 - terminated)."""
+    return tf.stop_gradient((reward + discount * next_value * target_reward_scale) / reward_scale)
 
 
 def gumbel_softmax(logits: tf.Tensor, uniform: tf.Tensor, tau: float) -> tf.Tensor:

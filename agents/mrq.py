@@ -188,7 +188,7 @@ class MRQ:
         next_action = losses.realigned_action(self.act_pre(self.policy_target(next_zs)) + noise, self.discrete)
         next_q = tf.reduce_min(self.value_target(self.encoder_target.embed(next_zs, next_action)), axis=1)
         # batch.discount = gamma^m (1 - terminated) for the m <= q_horizon steps the return spans
-        return losses.scaled_value_target(batch.reward, batch.discount, 1.0, next_q, self.reward_scale,
+        return losses.scaled_value_target(batch.reward, batch.discount, next_q, self.reward_scale,
                                           self.target_reward_scale)
 
     def value_update(self, batch) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:

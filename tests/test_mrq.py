@@ -45,17 +45,8 @@ def test_masked_mse_averages_over_every_element():
     np.testing.assert_allclose(losses.masked_mse(pred, tf.zeros([2, 2]), tf.constant([1.0, 0.0])), 1.25)
 
 
-def test_multi_step_return_stops_after_the_first_termination():
-    reward = tf.constant([[1.0, 2.0, 8.0]] * 3)
-    terminated = tf.constant([[0.0, 0.0, 0.0], [0.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
-    ret, not_done = losses.multi_step_return(reward, terminated, 0.5)
-    # 1 + 0.5*2 + 0.25*8; the terminal step's reward counts, the one after it does not
-    np.testing.assert_allclose(ret, [4.0, 2.0, 1.0])
-    np.testing.assert_allclose(not_done, [1.0, 0.0, 0.0])
-
-
 def test_value_target_is_in_units_of_the_reward_scale():
-    target = losses.scaled_value_target(tf.constant([2.0, 2.0]), tf.constant([1.0, 0.0]), 0.9 ** 3,
+    target = losses.scaled_value_target(tf.constant([2.0, 2.0]), tf.constant([0.9 ** 3, 0.0]),
                                         tf.constant([10.0, 10.0]), tf.constant(2.0), tf.constant(4.0))
     np.testing.assert_allclose(target, [(2 + 0.729 * 10 * 4) / 2, 1.0], rtol=1e-6)
 
