@@ -5,7 +5,7 @@
 - `throughput_vs_sb3.png`: env steps/s of this project's training loop against the PyTorch reference
   on the same machine (Stable-Baselines3, sb3-contrib's CrossQ, and the TD7 author's code) and SBX's
   where measured, per case of `benchmarks/results/sb3_comparison.json` (compare_sb3.py) and
-  `benchmarks/results/td7_comparison.json` (compare_td7.py): whole processes alternating, medians,
+  `benchmarks/results/<agent>_comparison.json` (compare_author.py): whole processes alternating, medians,
   with the ratio on each pair of bars;
 - `ga_generation.png`: one GA generation every way (`benchmarks/results/ga_generation_cartpole_warm40.json`);
 - `curves_<name>.png`: learning curves against SB3, redrawn from the `curves_<env>.csv` that
@@ -81,7 +81,7 @@ def throughput_figure(data: dict, path: str) -> None:
     ax.grid(axis="y", alpha=0.3, which="both")
     fig.text(0.01, -0.06, "2-core CPU, no GPU; medians of whole processes alternating.\n"
              "uv run python benchmarks/compare_sb3.py --sbx (benchmarks/results/sb3_comparison.json); "
-             "uv run python benchmarks/compare_td7.py (benchmarks/results/td7_comparison.json)", fontsize=7.5)
+             "uv run python benchmarks/compare_author.py --agent td7|mrq (benchmarks/results/<agent>_comparison.json)", fontsize=7.5)
     _save(fig, path)
     plt.close(fig)
 
@@ -126,16 +126,15 @@ CURVE_FIGURES = {
 }
 
 
-def with_td7(data: dict) -> dict:
-    """sb3_comparison.json's cases and compare_td7.py's, the author's code in the PyTorch column."""
-    path = os.path.join(RESULTS, "td7_comparison.json")
-    if not os.path.exists(path):
-        return data
-    with open(path) as f:
-        td7 = json.load(f)["cases"]
+def with_authors(data: dict) -> dict:
+    """sb3_comparison.json's cases and compare_author.py's, the author's code in the PyTorch column."""
     cases = dict(data["cases"])
-    for name, r in td7.items():
-        cases[name] = {"tfrl_median": r["tfrl_median"], "sb3_median": r["author_median"], "label": "author"}
+    for agent in ("td7", "mrq"):
+        path = os.path.join(RESULTS, f"{agent}_comparison.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                for name, r in json.load(f)["cases"].items():
+                    cases[name] = {"tfrl_median": r["tfrl_median"], "sb3_median": r["author_median"], "label": "author"}
     return {**data, "cases": cases}
 
 
@@ -156,7 +155,7 @@ def main(argv=None) -> list[str]:
     os.makedirs(args.out, exist_ok=True)
     written = []
     for name, source, draw in (
-        ("throughput_vs_sb3.png", "sb3_comparison.json", lambda data, path: throughput_figure(with_td7(data), path)),
+        ("throughput_vs_sb3.png", "sb3_comparison.json", lambda data, path: throughput_figure(with_authors(data), path)),
         ("ga_generation.png", "ga_generation_cartpole_warm40.json", ga_figure),
     ):
         with open(os.path.join(RESULTS, source)) as f:

@@ -288,17 +288,29 @@ class EvalLog:
     `policy` on `eval_env` (its first reset seeded with seed + 100) at each `record(step)`, written
     to run_dir/eval.csv with train.py's columns as they come."""
 
-    def __init__(self, run_dir: str, policy, eval_env, cfg: DictConfig):
+    def __init__(self, run_dir: str, policy, eval_env, cfg: DictConfig, resume_at: int | None = None,
+                 wall_before: float = 0.0):
         self.policy, self.eval_env = policy, eval_env
         self.episodes, self.seed = int(cfg.eval_episodes), int(cfg.seed) + 100
         self.epsilon = float(cfg.get("eval_epsilon") or 0.0)  # Atari's evaluation protocol, as train.py's
         self.path = os.path.join(run_dir, "eval.csv")
         self.evals: list[dict] = []
+        # a run continued from its checkpoint at step resume_at keeps the evaluations before it and
+        # the wall time it had spent
+        self.resume_at, self.wall_before = resume_at, wall_before
 
     def __enter__(self) -> "EvalLog":
+        if self.resume_at is not None and os.path.exists(self.path):
+            with open(self.path, newline="") as f:
+                kept = [row for row in csv.DictReader(f) if int(row["step"]) < self.resume_at]
+            self.evals = [{k: float(v) if k != "step" else int(v) for k, v in row.items()} for row in kept]
         self._file = open(self.path, "w", newline="")
         self._writer = csv.writer(self._file)
-        self.t0 = time.perf_counter()
+        if self.evals:
+            self._writer.writerow(self.evals[0].keys())
+            self._writer.writerows(e.values() for e in self.evals)
+            self._file.flush()
+        self.t0 = time.perf_counter() - self.wall_before
         return self
 
     def __exit__(self, *exc) -> None:

@@ -2,6 +2,12 @@
 vector envs keep the update-to-data ratio, a fused run equals the same run update by update, and
 a run whose env steps are driven from inside the compiled update (steps_per_call) equals the run
 that calls the update from Python."""
+import json
+import os
+import signal
+import threading
+
+import gymnasium as gym
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
@@ -388,3 +394,33 @@ def test_the_compiled_update_is_entered_through_tfs_flat_call():
     public = fn(batch)
     np.testing.assert_array_equal(fast["sum"], public["sum"])
     assert int(fast["n"]) == 3 and fn.experimental_get_tracing_count() == 1
+
+
+class SignalsItself(gym.Wrapper):
+    """CartPole that sends its own process SIGTERM at its `at`-th step: a stop request that lands
+    while the main thread waits in a compiled call driving the env steps."""
+
+    def __init__(self, at: int):
+        super().__init__(gym.make("CartPole-v1"))
+        self.at, self.steps = at, 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.at:  # to this thread, so that it has arrived when the call returns
+            signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+        return self.env.step(action)
+
+
+gym.register("SignalsItself-v0", entry_point=SignalsItself)
+
+
+@pytest.mark.parametrize("steps_per_call", ["0", "100000"])
+def test_a_signal_is_honoured_at_the_next_env_step_even_inside_a_driven_call(cli, tmp_path, steps_per_call):
+    # one driven call would run from learning_starts to the end: nothing but the signal stops it
+    proc = cli.train(tmp_path / "run", "agent=dqn", "env=cartpole", "env.id=SignalsItself-v0", "+env.kwargs.at=700",
+                     "total_steps=3000", "learning_starts=300", "eval_every=100000", "eval_episodes=1",
+                     "logger.every=100000", "checkpoint.every=0", "batch_size=16", "network.hidden=[16,16]",
+                     f"speed.steps_per_call={steps_per_call}", "logger.progress=false")
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-3000:]  # a stopped run's exit, as a shell's
+    assert "stopped by SIGTERM at step 700" in proc.stdout
+    assert sorted(d.name for d in (tmp_path / "run" / "checkpoints").iterdir()) == ["best", "step_0000000700"]

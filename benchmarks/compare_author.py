@@ -1,27 +1,30 @@
-"""tfrl's TD7 against the TD7 author's own PyTorch code, side by side on this machine: whole-loop env
-steps/s of `train.py agent=td7` and of benchmarks/td7_reference.py (the author's `TD7.Agent` in the
-author's loop), on the same env with the same run length and learning_starts. The two run
+"""tfrl's TD7 or MR.Q against its author's own PyTorch code, side by side on this machine: whole-loop
+env steps/s of `train.py agent=<agent>` and of the agent's reference runner (benchmarks/td7_reference.py:
+the author's `TD7.Agent` in the author's loop; benchmarks/mrq_reference.py: the author's `MRQ.Agent` in
+the author's loop), on the same env with the same run length and learning_starts. The two run
 alternately, `--rounds` times each, so that a busy spell on a shared machine hits both; the table
 gives the medians, the per-round values and the ratio of medians (tfrl / author).
 
-    bash benchmarks/setup_sb3.sh    # once: the venv the author's code runs in (benchmarks/.venv-sb3)
+    bash benchmarks/setup_sb3.sh    # once: the venv the authors' code runs in (benchmarks/.venv-sb3)
     bash benchmarks/setup_td7.sh    # once: the author's TD7.py and buffer.py (benchmarks/.td7-ref)
-    uv run python benchmarks/compare_td7.py [--env hopper] [--steps 8000] [--learning-starts 2000] [--rounds 3]
+    bash benchmarks/setup_mrq.sh    # once: the author's MRQ.py and its modules (benchmarks/.mrq-ref)
+    uv run python benchmarks/compare_author.py [--agent td7] [--env hopper] [--steps 8000] [--learning-starts 2000] [--rounds 3]
+    uv run python benchmarks/compare_author.py --agent mrq --steps 1500 --learning-starts 1000 --rounds 3
 
 Each run gets its own temporary hydra.run.dir and reports summary.json's `steps_per_second`: env steps
 over the wall time of the whole loop, evaluation included. To keep the evaluation from dominating,
 both get eval_every=<steps> and eval_episodes=1 (one episode at step 0 and one at the end). Both are
 single-threaded by default: tfrl `speed.threads.inter_op=1 speed.threads.intra_op=<threads>`, the
-author `td7_author.threads=<threads>` (torch's intra-op threads).
+author `<agent>_author.threads=<threads>` (torch's intra-op threads).
 
-Both train in bursts at episode ends (TD7's policy checkpoints: the updates due since the last
+TD7: both train in bursts at episode ends (TD7's policy checkpoints: the updates due since the last
 episode end are done together when an episode ends), so the steps/s of a run includes all the
 updates of the episodes finished by its end, and none for the steps of an episode still running
 then. Both act at random until the first episode end past learning_starts and train first at the
 end of the next episode, so the two do the same updates (the round lines and the JSON give each
-run's count). Writes
-benchmarks/results/td7_comparison.json (or `--out`), one case per env, keeping the
-cases of other envs that file already holds.
+run's count). MR.Q: both act at random and do not train for the first learning_starts steps, then
+update once per env step. Writes benchmarks/results/<agent>_comparison.json (or `--out`), one case
+per env, keeping the cases of other envs that file already holds.
 """
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.compare_sb3 import HERE, PYTHONS, ROOT, SETUP, write_report  # noqa: E402
 
-REF = os.path.join(HERE, ".td7-ref")
+REFERENCES = {"td7": ".td7-ref", "mrq": ".mrq-ref"}  # the copies of the authors' code that setup_<agent>.sh makes
 
 
 def run(cmd: list[str], overrides: list[str]) -> dict:
@@ -52,27 +55,31 @@ def run(cmd: list[str], overrides: list[str]) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--agent", default="td7", choices=sorted(REFERENCES), help="whose author's code to run beside tfrl")
     p.add_argument("--env", default="hopper", help="conf/env/ group choice")
     p.add_argument("--steps", type=int, default=8000, help="env steps per run (total_steps)")
     p.add_argument("--learning-starts", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=1,
                    help="torch's intra-op threads for the author; TF's intra-op threads (inter-op 1) for tfrl")
-    p.add_argument("--out", default=os.path.join(HERE, "results", "td7_comparison.json"))
+    p.add_argument("--out", help="default: benchmarks/results/<agent>_comparison.json")
     a = p.parse_args()
+    out = a.out or os.path.join(HERE, "results", f"{a.agent}_comparison.json")
+    ref = os.path.join(HERE, REFERENCES[a.agent])
     if not os.path.exists(PYTHONS["sb3"]):
         print(f"error: no SB3 environment at {PYTHONS['sb3']}; create it with `{SETUP['sb3']}`.", file=sys.stderr)
         sys.exit(2)
-    if not os.path.isfile(os.path.join(REF, "TD7.py")):
-        print(f"error: the author's TD7 is not in {REF}; copy it with `bash benchmarks/setup_td7.sh`.", file=sys.stderr)
+    if not os.path.isfile(os.path.join(ref, "COMMIT")):
+        print(f"error: the author's {a.agent} is not in {ref}; copy it with `bash benchmarks/setup_{a.agent}.sh`.",
+              file=sys.stderr)
         sys.exit(2)
 
-    common = ["agent=td7", f"env={a.env}", f"total_steps={a.steps}", f"learning_starts={a.learning_starts}",
+    common = [f"agent={a.agent}", f"env={a.env}", f"total_steps={a.steps}", f"learning_starts={a.learning_starts}",
               f"eval_every={a.steps}", "eval_episodes=1"]
     ours_args = common + ["speed.threads.inter_op=1", f"speed.threads.intra_op={a.threads}"]
-    author_args = common + [f"td7_author.threads={a.threads}"]
+    author_args = common + [f"{a.agent}_author.threads={a.threads}"]
     ours_cmd = [sys.executable, os.path.join(ROOT, "train.py")]
-    author_cmd = [PYTHONS["sb3"], os.path.join(HERE, "td7_reference.py")]
+    author_cmd = [PYTHONS["sb3"], os.path.join(HERE, f"{a.agent}_reference.py")]
     ours, author, ours_updates, author_updates = [], [], [], []
     for r in range(a.rounds):
         s = run(ours_cmd, ours_args)
@@ -80,11 +87,11 @@ def main() -> None:
         ours_updates.append(s.get("updates"))
         s = run(author_cmd, author_args)
         author.append(s["steps_per_second"])
-        author_updates.append(s["td7_settings"]["updates"])
-        print(f"td7_{a.env} round {r + 1}: tfrl {ours[-1]:.1f}  author {author[-1]:.1f} env steps/s "
+        author_updates.append(s[f"{a.agent}_settings"]["updates"])
+        print(f"{a.agent}_{a.env} round {r + 1}: tfrl {ours[-1]:.1f}  author {author[-1]:.1f} env steps/s "
               f"(updates: tfrl {ours_updates[-1]}, author {author_updates[-1]})", flush=True)
 
-    name = f"td7_{a.env}"
+    name = f"{a.agent}_{a.env}"
     row = {"tfrl": ours, "author": author, "tfrl_median": statistics.median(ours),
            "author_median": statistics.median(author), "ratio": statistics.median(ours) / statistics.median(author),
            "tfrl_updates": ours_updates, "author_updates": author_updates,
@@ -93,8 +100,8 @@ def main() -> None:
           "\n|---|---|---|---|---|---|")
     print(f"| {name} | {row['tfrl_median']:.1f} | {', '.join(f'{x:.1f}' for x in ours)} | {row['author_median']:.1f} | "
           f"{', '.join(f'{x:.1f}' for x in author)} | {row['ratio']:.2f}x |")
-    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    write_report(a.out, {name: row}, a)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    write_report(out, {name: row}, a)
 
 
 if __name__ == "__main__":
