@@ -128,7 +128,7 @@ def main() -> None:
     one = run.learner.replay.draw(run.buffer, batch_size, 1)
     many = run.learner.replay.draw(run.buffer, batch_size, a.k)
     # one update traced again on this batch's own shapes (the compiled one leaves the batch size open)
-    first = type(one)(*(tf.convert_to_tensor(x[0]) for x in one))
+    first = tf.nest.map_structure(lambda x: tf.convert_to_tensor(x[0]), one)  # a Batch, or an agent's nested draw
     own, called = matmul_flops(tf.function(agent.agent.update).get_concrete_function(first).graph)
     every = int(cfg.agent.get("policy_delay", 1) or 1)  # a delayed step's functions run every `every`-th update
     flops = own + called / every

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import importlib
 from typing import Any
 
 import gymnasium as gym
@@ -16,6 +17,15 @@ class EnvConfigError(ValueError):
 
 
 def _check_known(env_id: str) -> None:
+    if ":" in env_id:  # gymnasium's "module:Id": the module registers the id when imported, as gym.make does
+        module, env_id = env_id.split(":", 1)
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise EnvConfigError(
+                f"env.id names the module '{module}' to import before making '{env_id}', and it cannot be "
+                f"imported ({err}). Put its directory on PYTHONPATH, or install the package that holds it."
+            ) from None
     if env_id in gym.registry:
         return
     close = difflib.get_close_matches(env_id, list(gym.registry.keys()), n=3, cutoff=0.6)

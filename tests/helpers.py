@@ -154,9 +154,15 @@ class InProcess:
         return in_process(self.capsys, "evaluate.py", *args)
 
 
+def with_tests_importable() -> dict:
+    """The environment of a train.py subprocess that can import tests/' modules (signalling_env)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.path.join(ROOT, "tests"),
+                                                                       os.environ.get("PYTHONPATH")]))}
+
+
 def resume(run_dir, *overrides):
     cmd = [sys.executable, "train.py", f"resume={run_dir}", *overrides]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=with_tests_importable())
 
 
 def evaluate(*args):

@@ -3,11 +3,8 @@ vector envs keep the update-to-data ratio, a fused run equals the same run updat
 a run whose env steps are driven from inside the compiled update (steps_per_call) equals the run
 that calls the update from Python."""
 import json
-import os
 import signal
-import threading
 
-import gymnasium as gym
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
@@ -396,31 +393,38 @@ def test_the_compiled_update_is_entered_through_tfs_flat_call():
     assert int(fast["n"]) == 3 and fn.experimental_get_tracing_count() == 1
 
 
-class SignalsItself(gym.Wrapper):
-    """CartPole that sends its own process SIGTERM at its `at`-th step: a stop request that lands
-    while the main thread waits in a compiled call driving the env steps."""
-
-    def __init__(self, at: int):
-        super().__init__(gym.make("CartPole-v1"))
-        self.at, self.steps = at, 0
-
-    def step(self, action):
-        self.steps += 1
-        if self.steps == self.at:  # to this thread, so that it has arrived when the call returns
-            signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
-        return self.env.step(action)
-
-
-gym.register("SignalsItself-v0", entry_point=SignalsItself)
-
-
 @pytest.mark.parametrize("steps_per_call", ["0", "100000"])
 def test_a_signal_is_honoured_at_the_next_env_step_even_inside_a_driven_call(cli, tmp_path, steps_per_call):
     # one driven call would run from learning_starts to the end: nothing but the signal stops it
-    proc = cli.train(tmp_path / "run", "agent=dqn", "env=cartpole", "env.id=SignalsItself-v0", "+env.kwargs.at=700",
+    proc = cli.train(tmp_path / "run", "agent=dqn", "env=cartpole", "env.id=signalling_env:SignalsAt-v0", "+env.kwargs.base=CartPole-v1",
+                     "+env.kwargs.at=700",
                      "total_steps=3000", "learning_starts=300", "eval_every=100000", "eval_episodes=1",
                      "logger.every=100000", "checkpoint.every=0", "batch_size=16", "network.hidden=[16,16]",
                      f"speed.steps_per_call={steps_per_call}", "logger.progress=false")
     assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-3000:]  # a stopped run's exit, as a shell's
     assert "stopped by SIGTERM at step 700" in proc.stdout
     assert sorted(d.name for d in (tmp_path / "run" / "checkpoints").iterdir()) == ["best", "step_0000000700"]
+
+
+@pytest.mark.parametrize("steps_per_call", ["0", "1000"])
+def test_a_run_stopped_inside_an_update_phase_does_the_rest_first_when_it_continues(cli, tmp_path, steps_per_call):
+    # prioritized replay: the 4 updates due every 4th step are 4 batches, a stop can fall between them
+    from helpers import final_weights
+
+    common = ["agent=dqn", "env=cartpole", "buffer=prioritized", "train_every=4", "updates_per_step=1",
+              "total_steps=1000", "learning_starts=300", "eval_every=100000", "eval_episodes=1", "checkpoint.every=0",
+              "batch_size=16", "network.hidden=[16,16]", "deterministic=true", f"speed.steps_per_call={steps_per_call}",
+              "logger.progress=false"]
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    assert cli.train(whole, *common).returncode == 0
+    proc = cli.train(stopped, *common, "env.id=signalling_env:SignalsAt-v0", "+env.kwargs.base=CartPole-v1",
+                     "+env.kwargs.at=700")
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-3000:]
+    state = json.loads((stopped / "checkpoints" / "step_0000000700" / "state.json").read_text())
+    assert state["loop"]["pending"] == 3 and state["loop"]["updates"] == 400  # counted when due
+    proc = cli.resume(stopped)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a, b = final_weights(whole), final_weights(stopped)
+    assert a.keys() == b.keys()
+    for k in set(a) - {"_CHECKPOINTABLE_OBJECT_GRAPH"}:  # names Keras made unique within this process
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)

@@ -3,6 +3,7 @@ value clipping, the target copies every N updates with the fixed encoders' order
 the policy-checkpoint schedule), the switches that turn parts off, numpy acting of the composed
 policy, training at episode ends through the loop, resume, evaluate and export, and bad input."""
 import json
+import signal
 import subprocess
 import sys
 import types
@@ -514,31 +515,38 @@ def test_updates_come_at_episode_ends(make_cfg, agent, ratio, steps_per_call):
 
 
 def _train(run_dir, *overrides):
-    from helpers import ROOT
+    from helpers import ROOT, with_tests_importable
 
     cmd = [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *TINY, "learning_starts=200", "eval_every=200",
            "agent.target_update_every=50", *overrides]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=with_tests_importable())
 
 
-def test_resume_is_bit_exact_and_evaluate_exports_the_checkpoint(tmp_path):
-    """A run extended from its checkpoint at 600 steps ends where the uninterrupted 1000-step run
-    does: networks, encoders, checkpoint policy, schedule, clipping range and LAP priorities. Then
-    evaluate.py acts with, and exports, the checkpoint policy."""
+def test_a_run_stopped_between_an_episode_ends_updates_resumes_bit_exact_and_exports(tmp_path):
+    """SIGTERM at step 600, whose episode end makes 200 updates due: the run stops after the first
+    of them, keeps the other 199 due in its checkpoint, and does them first when it continues. It
+    ends where the uninterrupted 1000-step run does: networks, encoders, checkpoint policy,
+    schedule, clipping range and LAP priorities. Then evaluate.py acts with, and exports, the
+    checkpoint policy."""
     from helpers import evaluate, final_weights, resume
 
-    whole, extended = tmp_path / "whole", tmp_path / "extended"
-    for run_dir, steps in ((whole, 1000), (extended, 600)):
-        proc = _train(run_dir, f"total_steps={steps}")
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    proc = resume(extended, "total_steps=1000")
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    evals = ["total_steps=1000", "eval_every=1000"]  # no evaluation episode reaches the signalling step
+    proc = _train(whole, *evals)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    a, b = final_weights(whole), final_weights(extended)
+    proc = _train(stopped, *evals, "env.id=signalling_env:SignalsAt-v0", "+env.kwargs.base=Pendulum-v1",
+                  "+env.kwargs.at=600")
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-3000:]
+    state = json.loads(next((stopped / "checkpoints").glob("step_0000000600/state.json")).read_text())
+    assert state["loop"]["pending"] == 199, state["loop"]
+    proc = resume(stopped)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a, b = final_weights(whole), final_weights(stopped)
     assert a.keys() == b.keys() and any("checkpoint_policy" in k for k in a)
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     summary = json.loads((whole / "summary.json").read_text())
-    assert summary["final_return"] == json.loads((extended / "summary.json").read_text())["final_return"]
+    assert summary["final_return"] == json.loads((stopped / "summary.json").read_text())["final_return"]
     assert summary["updates"] == 600  # the episodes ending at 600, 800 and 1000 (the policy acts from 400)
 
     proc = evaluate(f"run_dir={whole}", "episodes=1", "export=true")

@@ -69,6 +69,7 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
         (["total_steps=0"], "total_steps must be a positive integer"),
         (["total_steps=-5"], "total_steps must be a positive integer"),
         (["env.id=Pendulm-v1"], "Did you mean Pendulum-v1"),
+        (["env.id=my_envs:Pendulum-v1"], "names the module 'my_envs' to import before making 'Pendulum-v1', and it cannot"),
         (["env.id=LunarLanderContinuous-v3"], "LunarLanderContinuous-v3 needs a package that is not installed"),
         (["speed.compile=fast"], "compile must be eager, graph, xla or auto"),
         (["speed.update_precision=float16"], "speed.update_precision must be float32 or bfloat16, got 'float16'; set"),

@@ -55,6 +55,9 @@ class LoopState:
     step: int = 0
     updates: int = 0
     updates_due: float = 0.0
+    # updates of the current phase not yet done: a stop request can end a long phase (TD7's, at an
+    # episode's end) between its updates, and a continued run does these first
+    pending: int = 0
     next_eval: int = 0
     next_log: int = 0
     next_checkpoint: int = 0
@@ -170,40 +173,52 @@ def train(
         """The driver's source: env steps up to the next update phase, its batches drawn together
         (or one per call, for a buffer of priorities); asks to stop at anything event_due() names
         or after steps_per_call steps, once the phase's updates are done."""
-        nonlocal pending, more
+        nonlocal more
         if td_error is not None:
             buffer.update_priorities(td_error)
-        while not pending:
-            pending = env_step()
+        while not st.pending:
+            st.pending = env_step()
             more = not event_due() and st.step - call_start < s.steps_per_call
-            if not pending and not more:
+            if not st.pending and not more:
                 return None, False
-        k = pending if buffer.draws_together else 1
-        pending -= k
-        return learner.replay.draw(buffer, s.batch_size, k), more or pending > 0
+        k = st.pending if buffer.draws_together else 1
+        st.pending -= k
+        return learner.replay.draw(buffer, s.batch_size, k), more or (st.pending > 0 and not stop_in_phase())
 
-    pending, more = 0, True  # the driver's source: updates due whose batches are not drawn yet
+    def stop_in_phase() -> bool:
+        """Whether a stop request ends the current update phase before its last update. Not in the
+        run's last phase, which a stopped run would otherwise leave undone at total_steps."""
+        return st.step < s.total_steps and hooks.stop_requested()
+
+    more = True  # the driver's source: whether the call goes on past the updates due
     # fused: a phase's updates in one call, their batches drawn together unless the buffer's priorities
     # must come back between them (prioritized replay: one batch per call)
     fused = s.fuse_updates and buffer.draws_together
     stopped = False
     while st.step < s.total_steps:
-        if st.step >= st.next_eval:
+        if st.step >= st.next_eval and not st.pending:  # after the phase a stop cut short, as without the stop
             st.next_eval += s.eval_every
             run_eval()
 
         if driver is not None and s.steps_per_call > 0 and s.fuse_updates and st.step >= s.learning_starts:
             # many steps and their updates in one call into the compiled graph
             call_start = st.step
+            more = not event_due()  # a phase a stop cut short: its updates, then the event due
             last = driver.run(source)
             if last is not None:
                 metrics = last
                 if "td_error" in metrics:  # the last batches' errors, which the source has not had
                     buffer.update_priorities(metrics["td_error"])
-        elif n := env_step():
-            for k in [n] if fused else [1] * n:
+        else:
+            if not st.pending:
+                st.pending = env_step()
+            while st.pending:
+                k = st.pending if fused else 1
                 metrics = learner.update(learner.replay.draw(buffer, s.batch_size, k))
                 buffer.update_priorities(metrics.get("td_error"))
+                st.pending -= k
+                if st.pending and stop_in_phase():
+                    break
         for step, ret, length in episodes:  # logged here: never from inside a compiled call
             logger.log("train", step, {"episode_return": ret, "episode_length": length})
         episodes.clear()
