@@ -6,8 +6,8 @@ alternately, `--rounds` times each, so that a busy spell on a shared machine hit
 gives the medians, the per-round values and the ratio of medians (tfrl / author).
 
     bash benchmarks/setup_sb3.sh    # once: the venv the authors' code runs in (benchmarks/.venv-sb3)
-    bash benchmarks/setup_td7.sh    # once: the author's TD7.py and buffer.py (benchmarks/.td7-ref)
-    bash benchmarks/setup_mrq.sh    # once: the author's MRQ.py and its modules (benchmarks/.mrq-ref)
+    bash benchmarks/setup_author.sh td7    # once: the author's TD7.py and buffer.py (benchmarks/.td7-ref)
+    bash benchmarks/setup_author.sh mrq    # once: the author's MRQ.py and its modules (benchmarks/.mrq-ref)
     uv run python benchmarks/compare_author.py [--agent td7] [--env hopper] [--steps 8000] [--learning-starts 2000] [--rounds 3]
     uv run python benchmarks/compare_author.py --agent mrq --steps 1500 --learning-starts 1000 --rounds 3
 
@@ -70,7 +70,7 @@ def main() -> None:
         print(f"error: no SB3 environment at {PYTHONS['sb3']}; create it with `{SETUP['sb3']}`.", file=sys.stderr)
         sys.exit(2)
     if not os.path.isfile(os.path.join(ref, "COMMIT")):
-        print(f"error: the author's {a.agent} is not in {ref}; copy it with `bash benchmarks/setup_{a.agent}.sh`.",
+        print(f"error: the author's {a.agent} is not in {ref}; copy it with `bash benchmarks/setup_author.sh {a.agent}`.",
               file=sys.stderr)
         sys.exit(2)
 

@@ -2,7 +2,7 @@
 hyper-parameters unchanged), trained by the loop of the author's main.py (`OnlineExperiment.run`) on
 the env and run length of the train.py run that the same overrides compose, and written as a run
 directory that aggregate.py reads: the reference check of tfrl's MR.Q. Runs in SB3's venv
-(`bash benchmarks/setup_sb3.sh`) on the author's files that `bash benchmarks/setup_mrq.sh` copies
+(`bash benchmarks/setup_sb3.sh`) on the author's files that `bash benchmarks/setup_author.sh mrq` copies
 into benchmarks/.mrq-ref:
 
     benchmarks/.venv-sb3/bin/python benchmarks/mrq_reference.py agent=mrq env=hopper seed=0 total_steps=100000 \\
@@ -40,7 +40,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REF = os.path.join(ROOT, "benchmarks", ".mrq-ref")  # setup_mrq.sh's copy of the author's MRQ/ files
+REF = os.path.join(ROOT, "benchmarks", ".mrq-ref")  # setup_author.sh's copy of the author's MRQ/ files
 sys.path.insert(0, ROOT)  # conf/config.yaml's Hydra callbacks live in training/callbacks.py
 
 import hydra  # noqa: E402
@@ -176,8 +176,8 @@ def main(cfg: DictConfig) -> None:
     run_dir = HydraConfig.get().runtime.output_dir
     MRQ, commit = author_mrq()
     if MRQ is None:
-        refuse(run_dir, f"the author's MR.Q is not in {REF}: run `bash benchmarks/setup_mrq.sh` "
-                        f"(MRQ_SRC=<a clone of facebookresearch/MRQ> without network).")
+        refuse(run_dir, f"the author's MR.Q is not in {REF}: run `bash benchmarks/setup_author.sh mrq` "
+                        f"(SRC=<a clone of facebookresearch/MRQ> without network).")
     finish(run_dir, train(cfg, run_dir, MRQ, commit))
 
 

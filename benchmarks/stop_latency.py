@@ -6,15 +6,19 @@ checkpoint (SLURM's KillWait is 30 s by default).
 
 Each case starts `train.py agent=<agent> env=<env>` (Hopper for the continuous agents, CartPole for
 DQN and the GA) with its preset network, buffer and update cadence, and learning_starts=1000 so that
-it learns within seconds; waits until the run logs its first update record (learning is under way,
-inside a driven call where the loop drives env steps from the compiled graph), then `--into` seconds
-more; sends the signal; and times until the process has exited, its checkpoint written. Agents
-alternate within each round; the table gives the medians and every round.
+it learns within seconds, its logging and call lengths as preset; waits until the first call with
+updates has returned (an episode past learning_starts in train.csv; a GA's first generation), then
+`--into` seconds more, when it is inside a call that
+drives env steps from the compiled graph or inside an update phase; sends the signal; and times
+until the process has exited, its checkpoint written. Agents alternate within each round; the
+table gives the medians and every round.
+`--tree ../base` runs another checkout's train.py (a worktree of the commit before a change).
 Writes benchmarks/results/stop_latency.json (or `--out`).
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import signal
@@ -25,21 +29,31 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LEARNING_STARTS = 1000
 ENVS = {"td3": "hopper", "ddpg": "hopper", "sac": "hopper", "crossq": "hopper", "td7": "hopper", "mrq": "hopper",
         "dqn": "cartpole", "ga": "cartpole"}
 
 
-def one(agent: str, into: float, sig: int, timeout: float) -> dict:
+def learning(run_dir: str, agent: str) -> bool:
+    """Whether the first call with updates has returned (it traces the update): an episode logged
+    past learning_starts in train.csv (the loop logs them between calls), or a GA's generation."""
+    path = os.path.join(run_dir, "train.csv")
+    if not os.path.exists(path):
+        return False
+    with open(path) as f:
+        return any(agent == "ga" or int(row["step"]) > LEARNING_STARTS for row in csv.DictReader(f))
+
+
+def one(agent: str, into: float, sig: int, timeout: float, tree: str) -> dict:
     """Seconds from the signal to the process's exit, and the step the run stopped at."""
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = os.path.join(tmp, "run")
         cmd = [sys.executable, "train.py", f"agent={agent}", f"env={ENVS[agent]}", "total_steps=10000000",
-               "learning_starts=1000", "eval_every=10000000", "eval_episodes=1", "logger.every=200",
+               f"learning_starts={LEARNING_STARTS}", "eval_every=10000000", "eval_episodes=1",
                "checkpoint.every=0", "logger.progress=false", "logger.tensorboard=false", f"hydra.run.dir={run_dir}"]
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        log = os.path.join(run_dir, "train.log")
+        proc = subprocess.Popen(cmd, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         start = time.perf_counter()
-        while not (os.path.exists(log) and "[update]" in open(log).read()):
+        while not learning(run_dir, agent):
             if proc.poll() is not None or time.perf_counter() - start > timeout:
                 proc.kill()
                 sys.exit(f"error: {agent} logged no update within {timeout:.0f} s:\n{proc.stdout.read()[-3000:]}")
@@ -62,13 +76,14 @@ def main() -> None:
     p.add_argument("--into", type=float, default=3.0, help="seconds of learning before the signal")
     p.add_argument("--signal", default="SIGTERM", choices=["SIGTERM", "SIGUSR2", "SIGINT"])
     p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the first update record")
+    p.add_argument("--tree", default=ROOT, help="the checkout whose train.py runs (a worktree of an older commit)")
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "stop_latency.json"))
     a = p.parse_args()
     sig = getattr(signal, a.signal)
     results: dict[str, list[dict]] = {agent: [] for agent in a.agents}
     for r in range(a.rounds):
         for agent in a.agents:
-            results[agent].append(one(agent, a.into, sig, a.timeout))
+            results[agent].append(one(agent, a.into, sig, a.timeout, a.tree))
             print(f"round {r + 1} {agent}: stopped {results[agent][-1]['seconds']:.1f} s after {a.signal}, "
                   f"at step {results[agent][-1]['step']}", flush=True)
     print(f"\n| agent (env) | seconds from {a.signal} to exit, median | rounds |\n|---|---|---|")
@@ -79,7 +94,7 @@ def main() -> None:
         print(f"| {agent} ({ENVS[agent]}) | {statistics.median(secs):.1f} | {', '.join(f'{s:.1f}' for s in secs)} |")
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:
-        json.dump({"signal": a.signal, "into": a.into, "agents": report}, f, indent=2)
+        json.dump({"signal": a.signal, "into": a.into, "tree": os.path.abspath(a.tree), "agents": report}, f, indent=2)
     print(f"written: {a.out}")
 
 

@@ -2,7 +2,7 @@
 unchanged), trained by the loop of the author's main.py (`train_online`) on the env and run length of
 the train.py run that the same overrides compose, and written as a run directory that aggregate.py
 reads: the reference check of tfrl's TD7. Runs in SB3's venv (`bash benchmarks/setup_sb3.sh`) on
-the author's files that `bash benchmarks/setup_td7.sh` copies into benchmarks/.td7-ref:
+the author's files that `bash benchmarks/setup_author.sh td7` copies into benchmarks/.td7-ref:
 
     benchmarks/.venv-sb3/bin/python benchmarks/td7_reference.py agent=td7 env=hopper seed=0 total_steps=100000
     uv run python train.py agent=td7 env=hopper seed=0 total_steps=100000
@@ -27,7 +27,7 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REF = os.path.join(ROOT, "benchmarks", ".td7-ref")  # setup_td7.sh's copy of the author's TD7.py and buffer.py
+REF = os.path.join(ROOT, "benchmarks", ".td7-ref")  # setup_author.sh's copy of the author's TD7.py and buffer.py
 sys.path.insert(0, ROOT)  # conf/config.yaml's Hydra callbacks live in training/callbacks.py
 
 import hydra  # noqa: E402
@@ -122,8 +122,8 @@ def main(cfg: DictConfig) -> None:
     run_dir = HydraConfig.get().runtime.output_dir
     TD7, commit = author_td7()
     if TD7 is None:
-        refuse(run_dir, f"the author's TD7 is not in {REF}: run `bash benchmarks/setup_td7.sh` "
-                        f"(TD7_SRC=<a clone of sfujim/TD7> without network).")
+        refuse(run_dir, f"the author's TD7 is not in {REF}: run `bash benchmarks/setup_author.sh td7` "
+                        f"(SRC=<a clone of sfujim/TD7> without network).")
     finish(run_dir, train(cfg, run_dir, TD7, commit))
 
 

@@ -1,0 +1,106 @@
+"""Sweeps on a real SLURM cluster: the one-host cluster `cluster/slurm.sh up` brings up (munge,
+slurmctld, slurmd), driven by `train.py -m ... hydra/launcher=slurm` through Hydra's submitit
+plugin, as a user on a cluster runs them. Marked `slurm`; the first test brings the cluster up
+(installing Debian's packages where they are missing)."""
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import ROOT, final_weights, read_csv
+
+pytestmark = pytest.mark.slurm
+
+# Short Pendulum runs, one CPU each: the cluster has two.
+SHORT = ["total_steps=600", "learning_starts=200", "eval_every=200", "eval_episodes=2", "logger.progress=false"]
+ON_THIS_CLUSTER = ["hydra/launcher=slurm", "hydra.launcher.partition=main", "hydra.launcher.gpus_per_node=0",
+                   "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=2", "hydra.launcher.timeout_min=20",
+                   "speed.threads.inter_op=1", "speed.threads.intra_op=1"]
+
+
+@pytest.fixture(scope="module")
+def slurm_env():
+    """The environment in which sbatch and squeue reach the cluster (SLURM_CONF), the cluster up."""
+    proc = subprocess.run(["bash", os.path.join(ROOT, "cluster", "slurm.sh"), "up"], capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (conf,) = [line.split("=", 1)[1] for line in proc.stdout.splitlines() if line.startswith("export SLURM_CONF=")]
+    return {**os.environ, "SLURM_CONF": conf}
+
+
+def multirun(env, sweep_dir, *overrides, timeout=900):
+    cmd = [sys.executable, "train.py", "-m", f"hydra.sweep.dir={sweep_dir}", *overrides]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def job_dirs(sweep_dir):
+    return sorted((p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
+
+
+def test_a_seed_sweep_runs_as_slurm_jobs_and_aggregates(slurm_env, tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = multirun(slurm_env, sweep, "seed=0,1", *SHORT, *ON_THIS_CLUSTER)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = job_dirs(sweep)
+    summaries = [json.loads((job / "summary.json").read_text()) for job in jobs]
+    assert sorted(s["seed"] for s in summaries) == [0, 1]
+    for job, summary in zip(jobs, summaries):
+        assert summary["steps"] == 600 and not summary["stopped"]
+        assert [int(r["step"]) for r in read_csv(job / "eval.csv")] == [0, 200, 400, 600]
+    # each job ran as a task of one SLURM array job: submitit's logs name it (<array id>_<task>)
+    logs = "".join(p.read_text() for p in (sweep / ".submitit").rglob("*_log.out"))
+    assert len(re.findall(r"Starting with JobEnvironment\(job_id=\d+_[01],", logs)) == 2, logs[-2000:]
+    agg = subprocess.run([sys.executable, "aggregate.py", str(sweep), "--out", str(tmp_path / "agg")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert agg.returncode == 0, agg.stderr[-3000:]
+    assert "| td3 | pendulum | 2 |" in agg.stdout, agg.stdout
+
+
+def _uninterrupted(tmp_path, overrides) -> dict:
+    """The same run without a scheduler: the weights every requeued job must end with."""
+    run_dir = tmp_path / "uninterrupted"
+    proc = subprocess.run([sys.executable, "train.py", f"hydra.run.dir={run_dir}", *overrides], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return final_weights(run_dir)
+
+
+def _assert_same_weights(a: dict, b: dict) -> None:
+    import numpy as np
+
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+# A run of about a minute on one CPU: long enough for a signal to land in its middle.
+LONG = ["total_steps=12000", "learning_starts=500", "eval_every=4000", "eval_episodes=1", "checkpoint.every=2000",
+        "network.hidden=[64,64]", "deterministic=true", "logger.progress=false", "speed.threads.inter_op=1",
+        "speed.threads.intra_op=1"]
+
+
+def test_a_job_the_scheduler_requeues_mid_run_ends_as_the_uninterrupted_run(slurm_env, tmp_path):
+    """`scontrol requeue`, as a pre-emption does: SLURM sends the job SIGTERM, the run checkpoints
+    and exits, SLURM starts the job again, and it continues from the checkpoint."""
+    sweep = tmp_path / "sweep"
+    cmd = [sys.executable, "train.py", "-m", f"hydra.sweep.dir={sweep}", "seed=0", *LONG, *ON_THIS_CLUSTER]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=slurm_env)
+    checkpoints, deadline = sweep / "0" / "checkpoints", time.time() + 600
+    while not (checkpoints.is_dir() and any(p.name.startswith("step_") for p in checkpoints.iterdir())):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.5)
+    (job,) = subprocess.run(["squeue", "-h", "-o", "%i"], env=slurm_env, capture_output=True, text=True,
+                            check=True).stdout.split()
+    subprocess.run(["scontrol", "requeue", job], env=slurm_env, check=True)
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-3000:]
+    logs = "".join(p.read_text() for p in (sweep / ".submitit").rglob("*_log.out"))
+    assert "stopped by SIGTERM" in logs and "resumed" in logs, logs[-3000:]
+    assert logs.count("Starting with JobEnvironment") == 2  # one job, started twice by SLURM
+    summary = json.loads((sweep / "0" / "summary.json").read_text())
+    assert summary["steps"] == 12000 and not summary["stopped"]
+    _assert_same_weights(final_weights(sweep / "0"), _uninterrupted(tmp_path, ["seed=0", *LONG]))
