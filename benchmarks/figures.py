@@ -3,7 +3,7 @@
     uv run python benchmarks/figures.py          # writes docs/figures/*.png
 
 - `throughput_vs_sb3.png`: env steps/s of this project's training loop against the PyTorch reference
-  on the same machine (Stable-Baselines3, sb3-contrib's CrossQ, and the TD7 author's code) and SBX's
+  on the same machine (Stable-Baselines3, sb3-contrib's CrossQ, and the TD7 and MR.Q authors' code) and SBX's
   where measured, per case of `benchmarks/results/sb3_comparison.json` (compare_sb3.py) and
   `benchmarks/results/<agent>_comparison.json` (compare_author.py): whole processes alternating, medians,
   with the ratio on each pair of bars;
@@ -32,6 +32,7 @@ THROUGHPUT_CASES = {
     "sac_ant": "SAC, Ant-v5\n(256-256, batch 256)",
     "crossq_ant": "CrossQ, Ant-v5\n(critics 1024-1024)",
     "td7_hopper": "TD7, Hopper-v5\n(1 thread each)",
+    "mrq_hopper": "MR.Q, Hopper-v5\n(1 thread each)",
     "dqn_cartpole_every1": "DQN, CartPole-v1\n(64-64, every step)",
     "dqn_cartpole_every4": "DQN, CartPole-v1\n(64-64, every 4th)",
 }
@@ -56,7 +57,7 @@ def throughput_figure(data: dict, path: str) -> None:
     plt = _pyplot()
     cases = [c for c in THROUGHPUT_CASES if c in data["cases"]]
     impls = [("tfrl", "tfrl (TensorFlow 2)", "#1f77b4"),
-             ("sb3", "PyTorch: Stable-Baselines3, sb3-contrib's CrossQ, the TD7 author's code", "#bbbbbb"),
+             ("sb3", "PyTorch: Stable-Baselines3, sb3-contrib's CrossQ, the TD7 and MR.Q authors' code", "#bbbbbb"),
              ("sbx", "SBX (JAX)", "#8c8c8c")]
     shown = [i for i in impls if any(f"{i[0]}_median" in data["cases"][c] for c in cases)]
     fig, ax = plt.subplots(figsize=(11.0, 4.2))

@@ -8,7 +8,7 @@
 #   bash cluster/slurm.sh status   # sinfo
 #   bash cluster/slurm.sh down     # stop the daemons (the config and logs stay in the state dir)
 #
-# Idempotent: `up` on a running cluster checks it answers and leaves it be. The state dir is
+# Idempotent: `up` on a running cluster starts only what is not running and waits for the node. The state dir is
 # $TFRL_SLURM_DIR (default /tmp/tfrl-slurm): slurm.conf, the daemons' logs and pid files, the
 # controller's saved state. Installing needs root and Debian's apt; without them `up` says what to
 # install. The daemons run as root with process tracking by /proc (no cgroups, no systemd), which is
@@ -77,29 +77,35 @@ up() {
   mkdir -p "$dir"
   exec 9>"$dir/up.lock"
   flock 9  # two callers at once (the tests' workers): one brings the cluster up, the other finds it up
+  # (the daemons it starts must not inherit fd 9, or they would hold the lock for good)
   install_packages
-  if [ -f "$conf" ] && [ "$(cat "$conf")" = "$(wanted_conf)" ] && answering; then
-    echo "SLURM is up ($conf)"; print_env; return
-  fi
   mkdir -p "$dir/state" "$dir/spool"
-  wanted_conf > "$conf"
+  if ! [ -f "$conf" ] || [ "$(cat "$conf")" != "$(wanted_conf)" ]; then  # a new or changed config: restart
+    wanted_conf > "$conf"
+    pkill -x slurmctld 2>/dev/null || true
+    pkill -x slurmd 2>/dev/null || true
+    sleep 1
+  fi
   if ! pgrep -x munged >/dev/null; then
     [ -f /etc/munge/munge.key ] || { mungekey --create >/dev/null 2>&1 || create-munge-key >/dev/null 2>&1; } \
       || die "no munge key at /etc/munge/munge.key and none could be made (mungekey --create)."
     mkdir -p /run/munge /var/log/munge /var/lib/munge
-    munged --force 2>/dev/null || die "munged did not start: see /var/log/munge/munged.log"
+    munged --force 2>/dev/null 9>&- || die "munged did not start: see /var/log/munge/munged.log"
   fi
-  pkill -x slurmctld 2>/dev/null || true
-  pkill -x slurmd 2>/dev/null || true
-  SLURM_CONF="$conf" slurmctld -f "$conf" -c || die "slurmctld did not start: see $dir/slurmctld.log"
-  SLURM_CONF="$conf" slurmd -f "$conf" || die "slurmd did not start: see $dir/slurmd.log"
-  for _ in $(seq 30); do
+  if ! pgrep -x slurmctld >/dev/null; then
+    SLURM_CONF="$conf" slurmctld -f "$conf" -c 9>&- || die "slurmctld did not start: see $dir/slurmctld.log"
+  fi
+  for _ in $(seq 30); do answering && break; sleep 0.5; done  # slurmd registers once, and retries only later
+  if ! pgrep -x slurmd >/dev/null; then
+    SLURM_CONF="$conf" slurmd -f "$conf" 9>&- || die "slurmd did not start: see $dir/slurmd.log"
+  fi
+  for _ in $(seq 60); do
     if answering && [ -n "$(SLURM_CONF="$conf" sinfo -h -N -o '%T' -t idle,mixed,allocated 2>/dev/null)" ]; then
       echo "SLURM is up ($conf)"; print_env; return
     fi
     sleep 1
   done
-  die "the SLURM daemons started but the node did not become idle within 30 s: see $dir/slurmctld.log and $dir/slurmd.log"
+  die "the SLURM daemons started but the node did not become idle within 60 s: see $dir/slurmctld.log and $dir/slurmd.log"
 }
 
 down() {

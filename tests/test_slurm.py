@@ -60,10 +60,11 @@ def test_a_seed_sweep_runs_as_slurm_jobs_and_aggregates(slurm_env, tmp_path):
     assert "| td3 | pendulum | 2 |" in agg.stdout, agg.stdout
 
 
-def _uninterrupted(tmp_path, overrides) -> dict:
-    """The same run without a scheduler: the weights every requeued job must end with."""
-    run_dir = tmp_path / "uninterrupted"
-    proc = subprocess.run([sys.executable, "train.py", f"hydra.run.dir={run_dir}", *overrides], cwd=ROOT,
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict:
+    """The LONG run without a scheduler: the weights every requeued job must end with."""
+    run_dir = tmp_path_factory.mktemp("uninterrupted") / "run"
+    proc = subprocess.run([sys.executable, "train.py", f"hydra.run.dir={run_dir}", "seed=0", *LONG], cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return final_weights(run_dir)
@@ -83,18 +84,11 @@ LONG = ["total_steps=12000", "learning_starts=500", "eval_every=4000", "eval_epi
         "speed.threads.intra_op=1"]
 
 
-def test_a_job_the_scheduler_requeues_mid_run_ends_as_the_uninterrupted_run(slurm_env, tmp_path):
+def test_a_job_the_scheduler_requeues_mid_run_ends_as_the_uninterrupted_run(slurm_env, uninterrupted, tmp_path):
     """`scontrol requeue`, as a pre-emption does: SLURM sends the job SIGTERM, the run checkpoints
     and exits, SLURM starts the job again, and it continues from the checkpoint."""
     sweep = tmp_path / "sweep"
-    cmd = [sys.executable, "train.py", "-m", f"hydra.sweep.dir={sweep}", "seed=0", *LONG, *ON_THIS_CLUSTER]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=slurm_env)
-    checkpoints, deadline = sweep / "0" / "checkpoints", time.time() + 600
-    while not (checkpoints.is_dir() and any(p.name.startswith("step_") for p in checkpoints.iterdir())):
-        assert proc.poll() is None and time.time() < deadline, proc.communicate()
-        time.sleep(0.5)
-    (job,) = subprocess.run(["squeue", "-h", "-o", "%i"], env=slurm_env, capture_output=True, text=True,
-                            check=True).stdout.split()
+    proc, job = _start_and_wait_for_a_checkpoint(slurm_env, sweep)
     subprocess.run(["scontrol", "requeue", job], env=slurm_env, check=True)
     out, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err[-3000:]
@@ -103,4 +97,36 @@ def test_a_job_the_scheduler_requeues_mid_run_ends_as_the_uninterrupted_run(slur
     assert logs.count("Starting with JobEnvironment") == 2  # one job, started twice by SLURM
     summary = json.loads((sweep / "0" / "summary.json").read_text())
     assert summary["steps"] == 12000 and not summary["stopped"]
-    _assert_same_weights(final_weights(sweep / "0"), _uninterrupted(tmp_path, ["seed=0", *LONG]))
+    _assert_same_weights(final_weights(sweep / "0"), uninterrupted)
+
+
+def _start_and_wait_for_a_checkpoint(env, sweep, *overrides):
+    """A one-job sweep started on the cluster, once its run has written a checkpoint: (the sweep's
+    process, the SLURM job id)."""
+    cmd = [sys.executable, "train.py", "-m", f"hydra.sweep.dir={sweep}", "seed=0", *LONG, *ON_THIS_CLUSTER, *overrides]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    checkpoints, deadline = sweep / "0" / "checkpoints", time.time() + 600
+    while not (checkpoints.is_dir() and any(p.name.startswith("step_") for p in checkpoints.iterdir())):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.5)
+    (job,) = subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True,
+                            check=True).stdout.split()
+    return proc, job
+
+
+def test_a_job_warned_of_its_time_limit_checkpoints_is_requeued_and_ends_as_the_uninterrupted_run(slurm_env, uninterrupted,
+                                                                                               tmp_path):
+    """SIGUSR2 from the scheduler to the job's steps, as SLURM sends it `signal_delay_s` before a
+    job's time limit (sent here with scancel: SLURM times its own warning to within 60 s only):
+    the run checkpoints, hands the signal to submitit, which requeues the job, and the job
+    continues from the checkpoint."""
+    sweep = tmp_path / "sweep"
+    proc, job = _start_and_wait_for_a_checkpoint(slurm_env, sweep)
+    subprocess.run(["scancel", "--signal=USR2", job], env=slurm_env, check=True)
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-3000:]
+    logs = "".join(p.read_text() for p in (sweep / ".submitit").rglob("*_log.out"))
+    assert "stopped by SIGUSR2" in logs and "Requeued job" in logs and "resumed" in logs, logs[-3000:]
+    summary = json.loads((sweep / "0" / "summary.json").read_text())
+    assert summary["steps"] == 12000 and not summary["stopped"]
+    _assert_same_weights(final_weights(sweep / "0"), uninterrupted)
