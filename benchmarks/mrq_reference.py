@@ -144,7 +144,7 @@ def train(cfg: DictConfig, run_dir: str, MRQ, commit: str) -> dict:
                       1, hp)  # main.py's arguments: vector observations, history 1
     start, wall_before = load(run_dir, agent, env)
     policy = MRQPolicy(agent)
-    ckpt_every, next_ckpt = int(cfg.mrq_author.checkpoint_every), None
+    ckpt_every = int(cfg.mrq_author.checkpoint_every)
     next_ckpt = (start // ckpt_every + 1) * ckpt_every if ckpt_every > 0 else None
     with EvalLog(run_dir, policy, eval_env, cfg, resume_at=start, wall_before=wall_before) as log:
         state, _ = env.reset(seed=seed + start)
@@ -164,10 +164,9 @@ def train(cfg: DictConfig, run_dir: str, MRQ, commit: str) -> dict:
                     save(run_dir, agent, t + 1, time.perf_counter() - log.t0, env)
                     next_ckpt = ((t + 1) // ckpt_every + 1) * ckpt_every
         log.record(total)
-    hps = {k: v for k, v in dataclasses.asdict(agent.hp).items()}
     return {**log.summary(total), "implementation": "mrq-author", "agent": "mrq", "env": cfg.env.id,
             "mrq_settings": {"commit": commit, "updates": agent.training_steps, "continued_from": start,
-                             "hyperparameters": hps},
+                             "hyperparameters": dataclasses.asdict(agent.hp)},
             "torch_threads": torch.get_num_threads()}
 
 

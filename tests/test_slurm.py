@@ -90,14 +90,9 @@ def test_a_job_the_scheduler_requeues_mid_run_ends_as_the_uninterrupted_run(slur
     sweep = tmp_path / "sweep"
     proc, job = _start_and_wait_for_a_checkpoint(slurm_env, sweep)
     subprocess.run(["scontrol", "requeue", job], env=slurm_env, check=True)
-    out, err = proc.communicate(timeout=900)
-    assert proc.returncode == 0, err[-3000:]
-    logs = "".join(p.read_text() for p in (sweep / ".submitit").rglob("*_log.out"))
+    logs = _finished_as_uninterrupted(proc, sweep, uninterrupted)
     assert "stopped by SIGTERM" in logs and "resumed" in logs, logs[-3000:]
     assert logs.count("Starting with JobEnvironment") == 2  # one job, started twice by SLURM
-    summary = json.loads((sweep / "0" / "summary.json").read_text())
-    assert summary["steps"] == 12000 and not summary["stopped"]
-    _assert_same_weights(final_weights(sweep / "0"), uninterrupted)
 
 
 def _start_and_wait_for_a_checkpoint(env, sweep, *overrides):
@@ -114,6 +109,17 @@ def _start_and_wait_for_a_checkpoint(env, sweep, *overrides):
     return proc, job
 
 
+def _finished_as_uninterrupted(proc, sweep, uninterrupted) -> str:
+    """Wait for the sweep; its one run finished whole, with the uninterrupted run's weights. Returns
+    the job's submitit logs (stdout of every start)."""
+    _, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-3000:]
+    summary = json.loads((sweep / "0" / "summary.json").read_text())
+    assert summary["steps"] == 12000 and not summary["stopped"]
+    _assert_same_weights(final_weights(sweep / "0"), uninterrupted)
+    return "".join(p.read_text() for p in (sweep / ".submitit").rglob("*_log.out"))
+
+
 def test_a_job_warned_of_its_time_limit_checkpoints_is_requeued_and_ends_as_the_uninterrupted_run(slurm_env, uninterrupted,
                                                                                                tmp_path):
     """SIGUSR2 from the scheduler to the job's steps, as SLURM sends it `signal_delay_s` before a
@@ -123,10 +129,5 @@ def test_a_job_warned_of_its_time_limit_checkpoints_is_requeued_and_ends_as_the_
     sweep = tmp_path / "sweep"
     proc, job = _start_and_wait_for_a_checkpoint(slurm_env, sweep)
     subprocess.run(["scancel", "--signal=USR2", job], env=slurm_env, check=True)
-    out, err = proc.communicate(timeout=900)
-    assert proc.returncode == 0, err[-3000:]
-    logs = "".join(p.read_text() for p in (sweep / ".submitit").rglob("*_log.out"))
+    logs = _finished_as_uninterrupted(proc, sweep, uninterrupted)
     assert "stopped by SIGUSR2" in logs and "Requeued job" in logs and "resumed" in logs, logs[-3000:]
-    summary = json.loads((sweep / "0" / "summary.json").read_text())
-    assert summary["steps"] == 12000 and not summary["stopped"]
-    _assert_same_weights(final_weights(sweep / "0"), uninterrupted)

@@ -190,7 +190,6 @@ def train(
         run's last phase, which a stopped run would otherwise leave undone at total_steps."""
         return st.step < s.total_steps and hooks.stop_requested()
 
-    more = True  # the driver's source: whether the call goes on past the updates due
     # fused: a phase's updates in one call, their batches drawn together unless the buffer's priorities
     # must come back between them (prioritized replay: one batch per call)
     fused = s.fuse_updates and buffer.draws_together
@@ -203,7 +202,9 @@ def train(
         if driver is not None and s.steps_per_call > 0 and s.fuse_updates and st.step >= s.learning_starts:
             # many steps and their updates in one call into the compiled graph
             call_start = st.step
-            more = not event_due()  # a phase a stop cut short: its updates, then the event due
+            # the source's `more`: whether the call goes on past the updates due (a phase a stop cut
+            # short: its updates, then the event due)
+            more = not event_due()
             last = driver.run(source)
             if last is not None:
                 metrics = last

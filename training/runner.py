@@ -48,6 +48,7 @@ class StopSignal:
         self._previous: dict = {}
         self._pipe: tuple[int, int] | None = None
         self._previous_fd = -1
+        self._main = threading.main_thread().ident
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -78,7 +79,7 @@ class StopSignal:
         if self.signum is not None or self._seen is not None:
             return True
         # the main thread runs the handler itself, between bytecodes: only other threads read the pipe
-        if self._pipe is not None and threading.get_ident() != threading.main_thread().ident:
+        if self._pipe is not None and threading.get_ident() != self._main:
             try:
                 arrived = os.read(self._pipe[0], 64)
             except BlockingIOError:  # nothing arrived
