@@ -9,7 +9,9 @@ Exit codes: 0 done; 2 bad input (a setting, a config choice, a run directory tha
 written), printed as one `error:` paragraph before anything trains; 3 the training diverged (a
 loss or weight became NaN or infinite; the checkpoints before it are kept); 4 a write failed (a
 full disk: the partial checkpoint is removed, and the message names the last whole one);
-128+N stopped by signal N (a checkpoint was written; resume continues).
+128+N stopped by signal N (a checkpoint was written; resume continues). In a sweep (-m) a job
+that fails with 2, 3 or 4 records its error in its run dir (failed.json, or summary.json for a
+diverged run) and the other jobs go on; aggregate.py reports it.
 """
 from __future__ import annotations
 
@@ -20,6 +22,9 @@ from training.runtime import prepare_process
 prepare_process()  # before TensorFlow or Keras is imported anywhere: Keras' backend, TF's log level
 # Allocate GPU memory as needed rather than all of it up front, so the jobs of a sweep can share a GPU.
 os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
+# Under `uv run`, Ray (hydra/launcher=ray, ray_cluster) would start each job's worker through `uv run`
+# in an uploaded copy of this directory; its nodes run this project's environment already.
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 import logging
 import shlex
@@ -32,8 +37,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from envs.factory import EnvConfigError
 from training.config import ConfigError, override, validate, warnings
-from training.faults import WRITE_FAULTS, Diverged, write_failure, write_problem
-from training.plugins import missing_plugin, unknown_choice
+from training.faults import WRITE_FAULTS, Diverged, clear_failure, record_failure, write_failure, write_problem
+from training.plugins import missing_plugin, ray_problem, slurm_problem, unknown_choice
 from training.resume import resume_config
 from training.runlock import RunDirLock
 
@@ -74,7 +79,7 @@ def _train(cfg: DictConfig, run_dir: str) -> float:
     from training.checkpoints import CheckpointError, CheckpointWriteError, last_checkpoint, list_checkpoints
 
     try:
-        if cfg.resume == "auto" or (cfg.resume is None and _submitit_job()):
+        if cfg.resume == "auto" or (cfg.resume is None and _cluster_job()):
             # The same job again (requeued by the cluster, or rerun with resume=auto): continue
             # from its own last checkpoint if it wrote one, else start it.
             resume = bool(list_checkpoints(run_dir))
@@ -93,21 +98,18 @@ def _train(cfg: DictConfig, run_dir: str) -> float:
         with RunDirLock(run_dir):  # first: a second writer is refused in a second, before TensorFlow loads
             summary = _run(cfg, run_dir, resume)
     except (ConfigError, EnvConfigError, CheckpointError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+        return _failed(str(err), 2)
     except Diverged as err:
         print(f"error: {err}. {_diverged_fix(cfg, run_dir)}", file=sys.stderr, flush=True)
         if HydraConfig.get().mode.name == "MULTIRUN":
             return float("nan")  # a sweep's trial that failed, as a diverged run has always returned; the sweep goes on
         sys.exit(3)
     except CheckpointWriteError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(4)
+        return _failed(str(err), 4)
     except OSError as err:
         if err.errno not in WRITE_FAULTS:
             raise
-        print(f"error: {write_failure(err, run_dir, last_checkpoint(run_dir))}", file=sys.stderr)
-        sys.exit(4)
+        return _failed(write_failure(err, run_dir, last_checkpoint(run_dir)), 4)
     if summary["stopped"]:
         name = signal.Signals(summary["signal"]).name
         print(f"stopped by {name} at step {summary['steps']}; checkpoint written. Continue with:\n"
@@ -124,9 +126,21 @@ def _train(cfg: DictConfig, run_dir: str) -> float:
     return summary["final_return"]
 
 
+def _failed(message: str, exit_code: int) -> float:
+    """A run that failed: a single run exits with `exit_code`. A job of a sweep records the error in
+    its directory (failed.json, which aggregate.py reports) and returns NaN, so the sweep's other
+    points go on: a bad value in one point must not end the jobs after it."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    if HydraConfig.get().mode.name != "MULTIRUN":
+        sys.exit(exit_code)
+    record_failure(HydraConfig.get().runtime.output_dir, message, exit_code)
+    return float("nan")
+
+
 def _run(cfg: DictConfig, run_dir: str, resume: bool) -> dict:
     OmegaConf.resolve(cfg)
     validate(cfg)  # before TensorFlow loads, so a typo fails in a second
+    clear_failure(run_dir)
     for warning in warnings(cfg):
         print(f"warning: {warning}", file=sys.stderr)
     from training.runner import run_training
@@ -150,13 +164,19 @@ def _diverged_fix(cfg: DictConfig, run_dir: str) -> str:
             f"the updates (scale them with a wrapper).")
 
 
-def _submitit_job() -> bool:
-    """A job of the submitit launchers: when SLURM requeues it, it finds its own checkpoints."""
-    return bool(os.environ.get("SUBMITIT_EXECUTOR")) and HydraConfig.get().mode.name == "MULTIRUN"
+def _cluster_job() -> bool:
+    """A job of a cluster launcher: submitit's (SLURM, or its local executor) or a Ray task. When the
+    cluster starts it again (SLURM's requeue, Ray's retry after the job's node died), it finds its
+    own checkpoints."""
+    if HydraConfig.get().mode.name != "MULTIRUN":
+        return False
+    ray = sys.modules.get("ray")  # imported in a Ray worker before it runs the job
+    return bool(os.environ.get("SUBMITIT_EXECUTOR")) or (ray is not None and ray.is_initialized())
 
 
 if __name__ == "__main__":
-    if (problem := missing_plugin(sys.argv[1:]) or unknown_choice(sys.argv[1:])) is not None:
+    if (problem := missing_plugin(sys.argv[1:]) or unknown_choice(sys.argv[1:]) or slurm_problem(sys.argv[1:])
+                    or ray_problem(sys.argv[1:])) is not None:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
     main()

@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from training.faults import FAILED
 from training.resume import env_label, hydra_record
 
 UNSET = "(unset)"
@@ -222,6 +223,18 @@ def steps_text(steps: list[int]) -> str:
     return ", ".join(map(str, steps)) if len(steps) <= 4 else f"{steps[0]} to {steps[-1]} ({len(steps)} steps)"
 
 
+def _failure(path: str) -> str | None:
+    """The error a sweep's job recorded when it failed (train.py's failed.json), or None."""
+    try:
+        with open(os.path.join(path, FAILED)) as f:
+            record = json.load(f)
+        return f"failed with exit code {record['exit_code']}: {record['error']}"
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return f"failed (its {FAILED} is unreadable: {err})"
+
+
 def load_run(path: str) -> RunRecord | Skipped:
     try:
         cfg = OmegaConf.load(os.path.join(path, ".hydra", "config.yaml"))
@@ -240,9 +253,12 @@ def load_run(path: str) -> RunRecord | Skipped:
                 summary = json.load(f)
         except (OSError, ValueError) as err:
             problems.append(f"unreadable summary.json ({err}), counted as incomplete")
+    failed = _failure(path)
+    if failed:
+        problems.append(failed)
     eval_path = os.path.join(path, "eval.csv")
     if not os.path.exists(eval_path):
-        return Skipped(path, "no eval.csv (the run ended before its first evaluation, or is not a training run)")
+        return Skipped(path, failed or "no eval.csv (the run ended before its first evaluation, or is not a training run)")
     try:
         steps, returns, eval_problems, diverged_at = read_eval_csv(eval_path)
     except (OSError, ValueError, csv.Error) as err:

@@ -19,23 +19,24 @@ conf="$dir/slurm.conf"
 host="$(hostname -s)"
 
 die() { echo "error: $*" >&2; exit 1; }
+cannot_install() { echo "error: $*" >&2; exit 3; }  # exit 3: the tests skip, with this message
 
 install_packages() {
   local missing=()
   for cmd in munged slurmctld slurmd sbatch; do command -v "$cmd" >/dev/null 2>&1 || missing+=("$cmd"); done
   [ ${#missing[@]} -eq 0 ] && return
   if ! command -v apt-get >/dev/null 2>&1 || [ "$(id -u)" != 0 ]; then
-    die "SLURM is not installed here (missing: ${missing[*]}) and this script can install it only as root with apt-get. Install Debian's packages munge, slurmctld, slurmd and slurm-client (or your distribution's), then run it again."
+    cannot_install "SLURM is not installed here (missing: ${missing[*]}) and this script can install it only as root with apt-get. Install Debian's packages munge, slurmctld, slurmd and slurm-client (or your distribution's), then run it again."
   fi
   echo "installing munge and SLURM from Debian's packages ..."
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq munge slurmctld slurmd slurm-client >/dev/null \
     || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq munge slurmctld slurmd slurm-client >/dev/null; } \
-    || die "apt-get could not install munge, slurmctld, slurmd and slurm-client; install them by hand and run this again."
+    || cannot_install "apt-get could not install munge, slurmctld, slurmd and slurm-client; install them by hand and run this again."
 }
 
 wanted_conf() {
   local cpus mem
-  cpus="$(nproc)"
+  cpus="$(getconf _NPROCESSORS_ONLN)"  # (nproc would follow OMP_NUM_THREADS)
   mem=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 - 1024 ))  # MB, leaving 1 GB to the host
   cat <<EOF
 # written by cluster/slurm.sh: a one-host cluster for tests and for trying sweeps by hand
@@ -64,14 +65,33 @@ MpiDefault=none
 ReturnToService=2
 KillWait=30
 MinJobAge=600
-SchedulerParameters=defer_batch
+# the scheduler looks at pending (e.g. requeued) jobs every 2 s, not every 60 or 30
+SchedulerParameters=defer_batch,sched_interval=2,bf_interval=2
 NodeName=$host CPUs=$cpus RealMemory=$mem State=UNKNOWN
 PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 PartitionName=short Nodes=ALL MaxTime=2 State=UP
 EOF
 }
 
-answering() { SLURM_CONF="$conf" timeout 10 sinfo -h >/dev/null 2>&1; }
+answering() { SLURM_CONF="$conf" timeout 5 sinfo -h >/dev/null 2>&1; }
+
+# A daemon counts as running only while it is alive: a zombie keeps its name for pgrep.
+alive() {
+  local pid
+  for pid in $(pgrep -x "$1"); do
+    [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" = Z ] || return 0
+  done
+  return 1
+}
+
+# Stop a daemon and wait until it is gone. A controller still saving its state when `up` follows
+# `down` would otherwise look running, be left alone, and then exit, leaving no controller.
+stop() {
+  pkill -x "$1" 2>/dev/null || return 0
+  for _ in $(seq 100); do alive "$1" || return 0; sleep 0.3; done
+  pkill -KILL -x "$1" 2>/dev/null || true
+  sleep 0.5
+}
 
 up() {
   mkdir -p "$dir"
@@ -82,25 +102,27 @@ up() {
   mkdir -p "$dir/state" "$dir/spool"
   if ! [ -f "$conf" ] || [ "$(cat "$conf")" != "$(wanted_conf)" ]; then  # a new or changed config: restart
     wanted_conf > "$conf"
-    pkill -x slurmctld 2>/dev/null || true
-    pkill -x slurmd 2>/dev/null || true
-    sleep 1
+    stop slurmd; stop slurmctld
   fi
-  if ! pgrep -x munged >/dev/null; then
+  if ! alive munged; then
     [ -f /etc/munge/munge.key ] || { mungekey --create >/dev/null 2>&1 || create-munge-key >/dev/null 2>&1; } \
       || die "no munge key at /etc/munge/munge.key and none could be made (mungekey --create)."
     mkdir -p /run/munge /var/log/munge /var/lib/munge
     munged --force 2>/dev/null 9>&- || die "munged did not start: see /var/log/munge/munged.log"
   fi
-  if ! pgrep -x slurmctld >/dev/null; then
+  if ! alive slurmctld; then
     SLURM_CONF="$conf" slurmctld -f "$conf" -c 9>&- || die "slurmctld did not start: see $dir/slurmctld.log"
   fi
-  for _ in $(seq 30); do answering && break; sleep 0.5; done  # slurmd registers once, and retries only later
-  if ! pgrep -x slurmd >/dev/null; then
-    SLURM_CONF="$conf" slurmd -f "$conf" 9>&- || die "slurmd did not start: see $dir/slurmd.log"
-  fi
-  for _ in $(seq 60); do
-    if answering && [ -n "$(SLURM_CONF="$conf" sinfo -h -N -o '%T' -t idle,mixed,allocated 2>/dev/null)" ]; then
+  local deadline=$((SECONDS + 30))  # slurmd registers once, and retries only later: the controller first
+  until answering; do
+    [ $SECONDS -lt $deadline ] || die "slurmctld started but did not answer within 30 s: see $dir/slurmctld.log"
+    sleep 0.5
+  done
+  deadline=$((SECONDS + 60))
+  while [ $SECONDS -lt $deadline ]; do
+    # (checked on every pass: a slurmd still exiting from a `down` just before can look alive once)
+    alive slurmd || SLURM_CONF="$conf" slurmd -f "$conf" 9>&- || die "slurmd did not start: see $dir/slurmd.log"
+    if alive slurmd && [ -n "$(SLURM_CONF="$conf" timeout 5 sinfo -h -N -o '%T' -t idle,mixed,allocated 2>/dev/null)" ]; then
       echo "SLURM is up ($conf)"; print_env; return
     fi
     sleep 1
@@ -109,8 +131,8 @@ up() {
 }
 
 down() {
-  pkill -x slurmd 2>/dev/null || true
-  pkill -x slurmctld 2>/dev/null || true
+  stop slurmd
+  stop slurmctld
   echo "SLURM is down (state and logs in $dir)"
 }
 

@@ -118,7 +118,8 @@ def in_process(capsys, script: str, *args: str):
     code, argv = 0, sys.argv
     sys.argv = [script, *args]
     try:
-        problem = module.missing_plugin(list(args)) or module.unknown_choice(list(args)) if script == "train.py" else None
+        problem = (module.missing_plugin(list(args)) or module.unknown_choice(list(args))
+                   or module.slurm_problem(list(args)) or module.ray_problem(list(args))) if script == "train.py" else None
         if problem is not None:
             print(f"error: {problem}", file=sys.stderr)
             code = 2
@@ -200,6 +201,36 @@ def final_weights(run_dir):
     reader = tf.train.load_checkpoint(os.path.join(path, "agent"))
     names = sorted(k for k in reader.get_variable_to_shape_map() if "OPTIMIZER_SLOT" not in k and "save_counter" not in k)
     return {k: reader.get_tensor(k) for k in names}
+
+
+# A run of about half a minute on one CPU, for the cluster tests (SLURM, Ray): a signal or a dead
+# node lands after its first checkpoint (step 2000), and the job, started again, must end with the
+# weights of the same run uninterrupted.
+LONG_RUN = ["total_steps=6000", "learning_starts=500", "eval_every=4000", "eval_episodes=1", "checkpoint.every=2000",
+            "network.hidden=[64,64]", "deterministic=true", "logger.progress=false", "speed.threads.inter_op=1",
+            "speed.threads.intra_op=1"]
+
+
+def uninterrupted_long_run(tmp_path_factory) -> dict:
+    """The final weights of LONG_RUN (seed 0) run whole, without a launcher: made once per test
+    session, whichever xdist worker asks first (a lock in the session's shared temp dir)."""
+    import fcntl
+
+    shared = tmp_path_factory.getbasetemp().parent
+    run_dir = shared / "uninterrupted_long_run"
+    with open(shared / "uninterrupted_long_run.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (run_dir / "summary.json").exists():
+            proc = subprocess.run([sys.executable, "train.py", f"hydra.run.dir={run_dir}", "seed=0", *LONG_RUN], cwd=ROOT,
+                                  capture_output=True, text=True, timeout=900)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+    return final_weights(run_dir)
+
+
+def assert_same_weights(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
 def read_wandb_log(path):

@@ -174,11 +174,43 @@ def test_search_space_naming_a_missing_key_is_refused_before_any_job(tmp_path):
     assert proc.returncode == 2 and "use the preset that matches the agent" in proc.stderr
 
 
-def test_launcher_whose_plugin_is_not_installed_gets_an_install_hint(tmp_path):
-    proc = multirun(tmp_path / "sweep", "seed=0,1", "hydra/launcher=ray", timeout=120)
+def test_launcher_whose_plugin_is_not_installed_gets_an_install_hint(capsys, monkeypatch, tmp_path):
+    from helpers import train_in_process
+    import training.plugins
+
+    # Ray's plugin is an extra (uv sync --extra ray): as where it was not installed
+    installed = training.plugins._installed
+    monkeypatch.setattr(training.plugins, "_installed", lambda module: "ray" not in module and installed(module))
+    proc = train_in_process(capsys, "-m", f"hydra.sweep.dir={tmp_path / 'sweep'}", "seed=0,1", "hydra/launcher=ray")
     assert proc.returncode == 2
     assert "needs Hydra's hydra-ray-launcher plugin" in proc.stderr and "uv sync --extra ray" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_slurm_sweep_where_sbatch_is_missing_is_refused_before_hydra_starts(capsys, monkeypatch):
+    from helpers import train_in_process
+
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable))  # python, and no SLURM
+    proc = train_in_process(capsys, "-m", "seed=0,1", "hydra/launcher=slurm")
+    assert proc.returncode == 2, proc.stderr
+    assert "`sbatch` is not on PATH" in proc.stderr and "hydra/launcher=joblib" in proc.stderr
+
+
+def test_a_sweep_point_that_fails_is_recorded_and_the_points_after_it_still_run(tmp_path):
+    """A bad value in the sweep's first point: that job records its error, the next job trains,
+    the sweep ends normally and aggregate.py reports the failed point with its error."""
+    sweep = tmp_path / "sweep"
+    proc = multirun(sweep, "batch_size=0,64", "total_steps=300", "learning_starts=100", "eval_every=300",
+                    "eval_episodes=1", "logger.progress=false")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "error: batch_size must be a positive integer, got 0" in proc.stderr and "Traceback" not in proc.stderr
+    failed = json.loads((sweep / "0" / "failed.json").read_text())
+    assert failed["exit_code"] == 2 and failed["error"].startswith("batch_size must be a positive integer")
+    assert json.loads((sweep / "1" / "summary.json").read_text())["steps"] == 300
+    agg = subprocess.run([sys.executable, "aggregate.py", str(sweep)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert agg.returncode == 0, agg.stderr
+    assert "| td3 | pendulum | 1 |" in agg.stdout
+    assert f"skipped {sweep / '0'}: failed with exit code 2: batch_size must be a positive integer" in agg.stdout
 
 
 def test_slurm_preset_composes_with_requeue_settings():

@@ -17,6 +17,30 @@ import numpy as np
 WRITE_FAULTS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO})
 
 
+# A job of a sweep that failed (bad input, a write fault) records its error here, in its run dir,
+# and the sweep goes on: aggregate.py reports it as failed, with the error.
+FAILED = "failed.json"
+
+
+def record_failure(run_dir: str, message: str, exit_code: int) -> None:
+    """Write the failed job's record; a run dir that cannot be written (the fault itself) keeps none."""
+    import json
+
+    try:
+        with open(os.path.join(run_dir, FAILED), "w") as f:
+            json.dump({"error": message, "exit_code": exit_code}, f, indent=2)
+    except OSError:
+        pass
+
+
+def clear_failure(run_dir: str) -> None:
+    """A run that starts again (resumed, or rerun with resume=auto) is no longer a failed one."""
+    try:
+        os.remove(os.path.join(run_dir, FAILED))
+    except FileNotFoundError:
+        pass
+
+
 class Diverged(RuntimeError):
     """Losses or weights of the agent that are NaN or infinite: training cannot recover from it."""
 

@@ -90,10 +90,14 @@ class StopSignal:
                     return True
         return False
 
-    def hand_over(self) -> None:
+    def hand_over(self, step: int) -> None:
         """Call the previous Python handler of the signal that stopped the run, if there was one."""
         previous = self._previous.get(self.signum)
         if self.signum is not None and callable(previous) and previous is not signal.default_int_handler:
+            # the job's log says where the run stopped: the handler may requeue the job and exit
+            print(f"stopped by {signal.Signals(self.signum).name} at step {step}; checkpoint written; passing the "
+                  f"signal on to the handler that was there before (a launcher's, e.g. submitit's, which requeues "
+                  f"the job)", flush=True)
             previous(self.signum, None)
 
 
@@ -267,7 +271,7 @@ def drive(cfg: DictConfig, run_dir: str, parts, logger: MultiLogger, speed: dict
         raise
     _close(logger, parts, quiet=False)
     if summary["stopped"]:  # a signal at the very end found the run finished: nothing to hand over
-        stop.hand_over()
+        stop.hand_over(summary["steps"])
     summary["run_dir"] = run_dir
     summary.update(run_identity(cfg, run_dir))
     summary.update(speed)  # what `auto` decided on this machine

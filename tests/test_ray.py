@@ -1,0 +1,108 @@
+"""Sweeps on a real Ray cluster: the head and worker node `cluster/ray.sh up` starts on this host,
+driven by `train.py -m ... hydra/launcher=ray_cluster` through Hydra's Ray launcher. Marked `ray`
+(and `slow`); skipped, with the install command, where Ray is not installed (uv sync --extra ray)."""
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import LONG_RUN, ROOT, assert_same_weights, final_weights, uninterrupted_long_run
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+SHORT = ["total_steps=600", "learning_starts=200", "eval_every=200", "eval_episodes=2", "logger.progress=false"]
+ON_RAY = ["hydra/launcher=ray_cluster", "speed.threads.inter_op=1", "speed.threads.intra_op=1"]
+RAY_DIR = "/tmp/tfrl-ray"
+
+
+def ray_up(env) -> str:
+    """Start what of the cluster is not running (a head, one worker node): RAY_ADDRESS."""
+    proc = subprocess.run(["bash", os.path.join(ROOT, "cluster", "ray.sh"), "up"], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (address,) = [line.split("=", 1)[1] for line in proc.stdout.splitlines() if line.startswith("export RAY_ADDRESS=")]
+    return address
+
+
+@pytest.fixture(scope="module")
+def ray_env():
+    if importlib.util.find_spec("hydra_plugins.hydra_ray_launcher") is None:
+        pytest.skip("Ray and Hydra's Ray launcher are not installed: uv sync --extra ray")
+    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}", "TFRL_RAY_DIR": RAY_DIR}
+    return {**env, "RAY_ADDRESS": ray_up(env)}
+
+
+def multirun(env, sweep_dir, *overrides, timeout=900):
+    cmd = [sys.executable, "train.py", "-m", f"hydra.sweep.dir={sweep_dir}", *overrides]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_a_sweep_runs_as_ray_tasks_and_aggregates_the_points_that_did_not_fail(ray_env, tmp_path):
+    """Three points, the first with a bad value: it records its error, the two others train as Ray
+    tasks on the worker node, and aggregate.py counts them and reports the failed one."""
+    sweep = tmp_path / "sweep"
+    proc = multirun(ray_env, sweep, "batch_size=0,64,128", *SHORT, *ON_RAY)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "(_run_job pid=" in proc.stdout + proc.stderr  # Ray's prefix of a task's output
+    failed = json.loads((sweep / "0" / "failed.json").read_text())
+    assert failed["exit_code"] == 2 and failed["error"].startswith("batch_size must be a positive integer")
+    for job in ("1", "2"):
+        summary = json.loads((sweep / job / "summary.json").read_text())
+        assert summary["steps"] == 600 and not summary["stopped"]
+    agg = subprocess.run([sys.executable, "aggregate.py", str(sweep), "--out", str(tmp_path / "agg")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert agg.returncode == 0, agg.stderr[-3000:]
+    assert "| td3 | pendulum | 2 |" in agg.stdout, agg.stdout
+    assert f"skipped {sweep / '0'}: failed with exit code 2: batch_size must be a positive integer" in agg.stdout
+
+
+def _process_tree(root: int) -> list[int]:
+    """`root` and every process below it."""
+    children: dict[int, list[int]] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(pid))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(children.get(pid, []))
+    return tree
+
+
+def test_a_job_whose_node_dies_is_retried_on_a_new_node_and_ends_as_the_uninterrupted_run(ray_env, tmp_path_factory,
+                                                                                          tmp_path):
+    """The worker node dies with everything on it (SIGKILL to its raylet and the processes below,
+    as when a machine is pre-empted), a new node joins, Ray retries the job there, and the run
+    continues from its last checkpoint to the weights of the run uninterrupted."""
+    uninterrupted = uninterrupted_long_run(tmp_path_factory)
+    sweep = tmp_path / "sweep"
+    cmd = [sys.executable, "train.py", "-m", f"hydra.sweep.dir={sweep}", "seed=0", *LONG_RUN, *ON_RAY]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ray_env)
+    checkpoints, deadline = sweep / "0" / "checkpoints", time.time() + 600
+    while not (checkpoints.is_dir() and any(p.name.startswith("step_") for p in checkpoints.iterdir())):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.5)
+    with open(os.path.join(RAY_DIR, "worker-1.pid")) as f:
+        raylet = int(f.read())
+    for pid in _process_tree(raylet):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    ray_up(ray_env)  # the replacement node
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-3000:]
+    summary = json.loads((sweep / "0" / "summary.json").read_text())
+    assert summary["steps"] == 6000 and not summary["stopped"]
+    assert "resumed" in out, out[-3000:]
+    assert_same_weights(final_weights(sweep / "0"), uninterrupted)
