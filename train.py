@@ -83,6 +83,11 @@ def _train(cfg: DictConfig, run_dir: str) -> float:
             # The same job again (requeued by the cluster, or rerun with resume=auto): continue
             # from its own last checkpoint if it wrote one, else start it.
             resume = bool(list_checkpoints(run_dir))
+            if resume and (done := _finished(run_dir, int(cfg.total_steps))) is not None:
+                # a job of a sweep run again whole (resume=auto): nothing left to do
+                print(f"already finished: {done['steps']} steps in {run_dir} (total_steps={cfg.total_steps}); "
+                      f"to extend it: python train.py {override('resume', run_dir)} total_steps={2 * done['steps']}")
+                return done.get("final_return", float("nan"))
         elif cfg.resume is not None:
             run_dir = os.path.abspath(str(cfg.resume))
             cfg = resume_config(run_dir, list(HydraConfig.get().overrides.task))
@@ -162,6 +167,19 @@ def _diverged_fix(cfg: DictConfig, run_dir: str) -> str:
     return (f"{kept} Start a new run with lower learning rates (this one had {rates or 'the defaults'}), "
             f"or check the scale of the env's rewards and observations: large or unnormalised ones blow up "
             f"the updates (scale them with a wrapper).")
+
+
+def _finished(run_dir: str, total_steps: int) -> dict | None:
+    """The summary of the run in `run_dir` if it finished `total_steps` (not stopped, not diverged)."""
+    import json
+
+    try:
+        with open(os.path.join(run_dir, "summary.json")) as f:
+            summary = json.load(f)
+    except (OSError, ValueError):
+        return None
+    done = isinstance(summary, dict) and not summary.get("stopped") and "diverged_at" not in summary
+    return summary if done and int(summary.get("steps", -1)) >= total_steps else None
 
 
 def _cluster_job() -> bool:

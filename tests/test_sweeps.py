@@ -244,3 +244,9 @@ def test_resume_auto_starts_a_fresh_run_and_continues_an_existing_one(tmp_path):
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resumed" in second.stdout and "at step 300" in second.stdout
     assert [int(r["step"]) for r in read_csv(tmp_path / "eval.csv")] == [0, 150, 300, 450]
+    # the same command once more (a sweep run again whole): finished, nothing to do, nothing written
+    third = run("total_steps=450")
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert "already finished: 450 steps" in third.stdout and "resumed" not in third.stdout
+    assert [int(r["step"]) for r in read_csv(tmp_path / "eval.csv")] == [0, 150, 300, 450]
+    assert not (tmp_path / "failed.json").exists()
