@@ -3,7 +3,7 @@ with one pre-emption during each cluster sweep: jobs submitted, jobs started aga
 bit-identical to the joblib sweep's (uninterrupted) runs of the same seed, and wall time.
 
     bash cluster/slurm.sh up && bash cluster/ray.sh up     # as root; Ray needs uv sync --extra ray
-    uv run python benchmarks/cluster_sweeps.py [--seeds 4] [--out benchmarks/results/cluster_sweeps.json]
+    uv run python benchmarks/cluster_sweeps.py [--seeds 4] [--no-preempt] [--out benchmarks/results/cluster_sweeps.json]
 
 SLURM: once the first job has written a checkpoint, `scontrol requeue` takes it back (SIGTERM: it
 checkpoints, SLURM starts it again). Ray: once a job has written a checkpoint, the worker node is
@@ -40,14 +40,15 @@ def final_weights(run_dir: str) -> dict:
 
     path = sorted(glob.glob(os.path.join(run_dir, "checkpoints", "step_*")))[-1]
     reader = tf.train.load_checkpoint(os.path.join(path, "agent"))
+    # the variables' values; not the object graph, whose names count the optimizers a process made before
     return {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()
-            if "OPTIMIZER_SLOT" not in k and "save_counter" not in k}
+            if "OPTIMIZER_SLOT" not in k and "save_counter" not in k and k != "_CHECKPOINTABLE_OBJECT_GRAPH"}
 
 
 def first_checkpoint(sweep: str, proc: subprocess.Popen) -> str:
     """The job dir that wrote the sweep's first periodic checkpoint."""
     while True:
-        found = glob.glob(os.path.join(sweep, "*", "checkpoints", "step_*"))
+        found = [p for p in glob.glob(os.path.join(sweep, "*", "checkpoints", "step_*")) if not p.endswith(".tmp")]
         if found:
             return os.path.dirname(os.path.dirname(found[0]))
         if proc.poll() is not None:
@@ -101,14 +102,14 @@ def restarts(launcher: str, sweep: str, output: str) -> int:
     return len(set(re.findall(r"resumed (\S+) from step_", output)))
 
 
-def sweep(launcher: str, seeds: int, out_dir: str, env: dict) -> dict:
+def sweep(launcher: str, seeds: int, out_dir: str, env: dict, preempt: bool) -> dict:
     path = os.path.join(out_dir, launcher)
     cmd = [sys.executable, "train.py", "-m", f"hydra.sweep.dir={path}", f"seed=range({seeds})", *RUN, *LAUNCHERS[launcher]]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if launcher == "slurm":
+    if preempt and launcher == "slurm":
         preempt_slurm(path, proc, env)
-    elif launcher == "ray_cluster":
+    elif preempt and launcher == "ray_cluster":
         preempt_ray(path, proc, env)
     output, _ = proc.communicate()
     wall = time.perf_counter() - start
@@ -122,6 +123,7 @@ def sweep(launcher: str, seeds: int, out_dir: str, env: dict) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=4)
+    parser.add_argument("--no-preempt", action="store_true", help="the cluster sweeps without a pre-emption")
     parser.add_argument("--work", default="/tmp/cluster_sweeps", help="where the sweeps' run dirs go")
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "cluster_sweeps.json"))
     args = parser.parse_args()
@@ -129,7 +131,7 @@ def main() -> None:
            "RAY_ADDRESS": os.environ.get("RAY_ADDRESS", "127.0.0.1:6390"),
            "RAY_DEDUP_LOGS": "0", "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
     subprocess.run(["rm", "-rf", args.work], check=True)
-    rows = [sweep(launcher, args.seeds, args.work, env) for launcher in LAUNCHERS]
+    rows = [sweep(launcher, args.seeds, args.work, env, not args.no_preempt) for launcher in LAUNCHERS]
     reference = {seed: final_weights(os.path.join(rows[0]["path"], str(seed))) for seed in range(args.seeds)}
     import numpy as np
 
@@ -144,7 +146,8 @@ def main() -> None:
         print(f"| {r['launcher']} | {r['jobs']} | {r['restarted']} | {r['identical']} of {r['jobs']} | "
               f"{r['wall_s']:.0f} s | {r['wall_vs_joblib']:.2f}x |")
     with open(args.out, "w") as f:
-        json.dump({"command": " ".join(sys.argv), "seeds": args.seeds, "run": RUN, "rows": rows}, f, indent=2)
+        json.dump({"command": " ".join(sys.argv), "seeds": args.seeds, "preempted": not args.no_preempt, "run": RUN,
+                   "rows": rows}, f, indent=2)
 
 
 if __name__ == "__main__":

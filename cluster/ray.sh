@@ -20,6 +20,9 @@ dir="${TFRL_RAY_DIR:-/tmp/tfrl-ray}"
 port="${TFRL_RAY_PORT:-6390}"
 address="127.0.0.1:$port"
 export RAY_USAGE_STATS_ENABLED=0
+# A one-host cluster for development: no token authentication, whether or not a ~/.ray/auth_token
+# exists (Ray 2.5x enables it for a head that finds one, and its worker nodes then cannot join).
+export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
 
 die() { echo "error: $*" >&2; exit 1; }
 

@@ -199,7 +199,10 @@ def final_weights(run_dir):
 
     path = sorted(glob.glob(os.path.join(run_dir, "checkpoints", "step_*")))[-1]
     reader = tf.train.load_checkpoint(os.path.join(path, "agent"))
-    names = sorted(k for k in reader.get_variable_to_shape_map() if "OPTIMIZER_SLOT" not in k and "save_counter" not in k)
+    # the variables' values; not the object graph, whose names count the optimizers a process made before
+    # (a second job in a reused worker process names them adam_2, adam_3)
+    names = sorted(k for k in reader.get_variable_to_shape_map()
+                   if "OPTIMIZER_SLOT" not in k and "save_counter" not in k and k != "_CHECKPOINTABLE_OBJECT_GRAPH")
     return {k: reader.get_tensor(k) for k in names}
 
 
@@ -209,6 +212,13 @@ def final_weights(run_dir):
 LONG_RUN = ["total_steps=6000", "learning_starts=500", "eval_every=4000", "eval_episodes=1", "checkpoint.every=2000",
             "network.hidden=[64,64]", "deterministic=true", "logger.progress=false", "speed.threads.inter_op=1",
             "speed.threads.intra_op=1"]
+
+
+def has_a_checkpoint(run_dir) -> bool:
+    """The run has written a whole checkpoint (not only a `*.tmp` one being written)."""
+    checkpoints = os.path.join(run_dir, "checkpoints")
+    return os.path.isdir(checkpoints) and any(name.startswith("step_") and not name.endswith(".tmp")
+                                              for name in os.listdir(checkpoints))
 
 
 def uninterrupted_long_run(tmp_path_factory) -> dict:

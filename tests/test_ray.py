@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from helpers import LONG_RUN, ROOT, assert_same_weights, final_weights, uninterrupted_long_run
+from helpers import LONG_RUN, ROOT, assert_same_weights, final_weights, has_a_checkpoint, uninterrupted_long_run
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -88,8 +88,8 @@ def test_a_job_whose_node_dies_is_retried_on_a_new_node_and_ends_as_the_uninterr
     sweep = tmp_path / "sweep"
     cmd = [sys.executable, "train.py", "-m", f"hydra.sweep.dir={sweep}", "seed=0", *LONG_RUN, *ON_RAY]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ray_env)
-    checkpoints, deadline = sweep / "0" / "checkpoints", time.time() + 600
-    while not (checkpoints.is_dir() and any(p.name.startswith("step_") for p in checkpoints.iterdir())):
+    deadline = time.time() + 600
+    while not has_a_checkpoint(sweep / "0"):
         assert proc.poll() is None and time.time() < deadline, proc.communicate()
         time.sleep(0.5)
     with open(os.path.join(RAY_DIR, "worker-1.pid")) as f:

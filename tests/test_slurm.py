@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from helpers import LONG_RUN, ROOT, assert_same_weights, final_weights, read_csv, uninterrupted_long_run
+from helpers import LONG_RUN, ROOT, assert_same_weights, final_weights, has_a_checkpoint, read_csv, uninterrupted_long_run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -114,8 +114,8 @@ def _start_and_wait_for_a_checkpoint(env, sweep, *overrides):
     process, the SLURM job id)."""
     cmd = [sys.executable, "train.py", "-m", f"hydra.sweep.dir={sweep}", "seed=0", *LONG_RUN, *ON_THIS_CLUSTER, *overrides]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    checkpoints, deadline = sweep / "0" / "checkpoints", time.time() + 600
-    while not (checkpoints.is_dir() and any(p.name.startswith("step_") for p in checkpoints.iterdir())):
+    deadline = time.time() + 600
+    while not has_a_checkpoint(sweep / "0"):
         assert proc.poll() is None and time.time() < deadline, proc.communicate()
         time.sleep(0.5)
     (job,) = subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True,

@@ -112,6 +112,8 @@ def _submitit_job_pid(sweep_dir) -> int | None:
 
 
 def test_preempted_submitit_job_is_requeued_and_resumes_its_checkpoint(tmp_path):
+    from helpers import has_a_checkpoint
+
     """SIGUSR2 is submitit's pre-emption/timeout signal: the run checkpoints, hands the signal to
     submitit, which requeues the job, and the requeued job continues from that checkpoint."""
     sweep = tmp_path / "sweep"
@@ -121,9 +123,7 @@ def test_preempted_submitit_job_is_requeued_and_resumes_its_checkpoint(tmp_path)
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run_dir = sweep / "0"
     deadline = time.time() + 600
-    while not (run_dir / "checkpoints").is_dir() or not any(
-        p.name.startswith("step_") for p in (run_dir / "checkpoints").iterdir()
-    ):
+    while not has_a_checkpoint(run_dir):
         assert proc.poll() is None and time.time() < deadline, proc.communicate()
         time.sleep(0.5)
     pid = _submitit_job_pid(sweep)
