@@ -66,7 +66,13 @@ def preempt_slurm(sweep: str, proc: subprocess.Popen, env: dict) -> None:
 
 def preempt_ray(sweep: str, proc: subprocess.Popen, env: dict) -> None:
     first_checkpoint(sweep, proc)
-    ray_dir = os.environ.get("TFRL_RAY_DIR", "/tmp/tfrl-ray")
+    kill_worker_node(os.environ.get("TFRL_RAY_DIR", "/tmp/tfrl-ray"))
+    subprocess.run(["bash", os.path.join(ROOT, "cluster", "ray.sh"), "up"], env=env, check=True, capture_output=True)
+
+
+def kill_worker_node(ray_dir: str) -> None:
+    """Kill cluster/ray.sh's worker node 1 with everything on it (its raylet and the processes
+    below it: the node's agents and the tasks it runs), as a pre-empted machine dies."""
     with open(os.path.join(ray_dir, "worker-1.pid")) as f:
         raylet = int(f.read())
     for pid in process_tree(raylet):
@@ -74,7 +80,6 @@ def preempt_ray(sweep: str, proc: subprocess.Popen, env: dict) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    subprocess.run(["bash", os.path.join(ROOT, "cluster", "ray.sh"), "up"], env=env, check=True, capture_output=True)
 
 
 def process_tree(root: int) -> list[int]:

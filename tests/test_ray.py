@@ -4,13 +4,14 @@ driven by `train.py -m ... hydra/launcher=ray_cluster` through Hydra's Ray launc
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 
 import pytest
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.cluster_sweeps import kill_worker_node  # noqa: E402
 from helpers import LONG_RUN, ROOT, assert_same_weights, final_weights, has_a_checkpoint, uninterrupted_long_run
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -61,24 +62,6 @@ def test_a_sweep_runs_as_ray_tasks_and_aggregates_the_points_that_did_not_fail(r
     assert f"skipped {sweep / '0'}: failed with exit code 2: batch_size must be a positive integer" in agg.stdout
 
 
-def _process_tree(root: int) -> list[int]:
-    """`root` and every process below it."""
-    children: dict[int, list[int]] = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(pid))
-    tree, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        tree.append(pid)
-        todo.extend(children.get(pid, []))
-    return tree
-
-
 def test_a_job_whose_node_dies_is_retried_on_a_new_node_and_ends_as_the_uninterrupted_run(ray_env, tmp_path_factory,
                                                                                           tmp_path):
     """The worker node dies with everything on it (SIGKILL to its raylet and the processes below,
@@ -92,13 +75,7 @@ def test_a_job_whose_node_dies_is_retried_on_a_new_node_and_ends_as_the_uninterr
     while not has_a_checkpoint(sweep / "0"):
         assert proc.poll() is None and time.time() < deadline, proc.communicate()
         time.sleep(0.5)
-    with open(os.path.join(RAY_DIR, "worker-1.pid")) as f:
-        raylet = int(f.read())
-    for pid in _process_tree(raylet):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_worker_node(RAY_DIR)
     ray_up(ray_env)  # the replacement node
     out, _ = proc.communicate(timeout=900)
     assert proc.returncode == 0, out[-3000:]

@@ -122,8 +122,7 @@ def ray_problem(argv: list[str]) -> str | None:
     start = ("Start one (`bash cluster/ray.sh up` starts one on this host and prints the RAY_ADDRESS to export), or "
              "give the head's address: export RAY_ADDRESS=HOST:PORT. Nothing was launched.")
     if address == "auto":  # Ray connects to a head running on this host: its GCS server
-        if not any(_cmdline(pid).startswith(b"/") and b"/gcs_server" in _cmdline(pid).split(b"\0")[0]
-                   for pid in os.listdir("/proc") if pid.isdigit()):
+        if not any(_program(pid).endswith(b"/gcs_server") for pid in os.listdir("/proc") if pid.isdigit()):
             return (f"hydra/launcher=ray_cluster needs a running Ray cluster: RAY_ADDRESS is not set and no Ray head "
                     f"runs on this host. {start}")
         return None
@@ -135,9 +134,10 @@ def ray_problem(argv: list[str]) -> str | None:
     return None
 
 
-def _cmdline(pid: str) -> bytes:
+def _program(pid: str) -> bytes:
+    """The path a process was started as (its command line's first word), or b"" if it is gone."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
+            return f.read().split(b"\0", 1)[0]
     except OSError:
         return b""
