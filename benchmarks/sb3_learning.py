@@ -198,21 +198,28 @@ def conv_features(net: dict, image_shape: tuple[int, int, int]):
     from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
     activation = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}[net["activation"]]
-    h, w, c = image_shape
-    layers, channels = [], c
-    for filters, kernel, stride in net["convs"]:
-        layers += [torch.nn.Conv2d(channels, filters, kernel, stride), activation()]
-        h, w, channels = (h - kernel) // stride + 1, (w - kernel) // stride + 1, filters
-    layers.append(torch.nn.Flatten())
-    size = h * w * channels
-    if net["features"]:
-        layers += [torch.nn.Linear(size, int(net["features"])), activation()]
-        size = int(net["features"])
+
+    def layers() -> tuple[list, int]:
+        """New modules on every call: SB3 makes one extractor for the online Q-network and one for
+        its target, and modules made once here would be shared by both (the target would then be
+        the online network itself, and DQN would not learn)."""
+        h, w, c = image_shape
+        made, channels = [], c
+        for filters, kernel, stride in net["convs"]:
+            made += [torch.nn.Conv2d(channels, filters, kernel, stride), activation()]
+            h, w, channels = (h - kernel) // stride + 1, (w - kernel) // stride + 1, filters
+        made.append(torch.nn.Flatten())
+        size = h * w * channels
+        if net["features"]:
+            made += [torch.nn.Linear(size, int(net["features"])), activation()]
+            size = int(net["features"])
+        return made, size
 
     class ConvFeatures(BaseFeaturesExtractor):
         def __init__(self, space):
+            made, size = layers()
             super().__init__(space, size)
-            self.net = torch.nn.Sequential(*layers)
+            self.net = torch.nn.Sequential(*made)
             self.transposed = tuple(space.shape) != tuple(image_shape)  # SB3 made it (C, H, W)
 
         def forward(self, obs):
@@ -264,23 +271,55 @@ def train(cfg: DictConfig, run_dir: str, agent: str, kwargs: dict) -> dict:
         n = env.action_space.shape[0]  # SB3 acts in [-1, 1], so its noise is in units of the half-range
         noise = NormalActionNoise(np.zeros(n), float(cfg.agent.exploration_noise) * np.ones(n))
         model = {"td3": TD3, "ddpg": DDPG}[agent](policy, env, action_noise=noise, seed=int(cfg.seed), **model_kwargs)
+    saved = os.path.join(run_dir, "sb3_checkpoint")
+    start, wall_before = 0, 0.0
+    # the same command run again continues the run (from a save whose state.json, written last, is
+    # there: the one put in place, or one written whole but stopped before it was put in place)
+    found = [d for d in (saved, saved + ".tmp") if os.path.exists(os.path.join(d, "state.json"))]
+    if found:
+        with open(os.path.join(found[0], "state.json")) as f:
+            state = json.load(f)
+        start, wall_before = int(state["step"]), float(state["wall_time"])
+        model = type(model).load(os.path.join(found[0], "model.zip"), env=env)
+        model.load_replay_buffer(os.path.join(found[0], "replay.pkl"))
+        print(f"continuing from the checkpoint at step {start}", flush=True)
     policy = SB3Policy(model)
     total, every = int(cfg.total_steps), int(cfg.eval_every)
-    with EvalLog(run_dir, policy, eval_env, cfg) as log:
+    save_every = int(cfg.sb3.checkpoint_every or 0)
+    with EvalLog(run_dir, policy, eval_env, cfg, resume_at=start or None, wall_before=wall_before) as log:
 
         class EvalEvery(BaseCallback):
             def _on_step(self) -> bool:
                 if self.num_timesteps % every == 0 and self.num_timesteps < total:
                     log.record(self.num_timesteps)
+                if save_every and self.num_timesteps % save_every == 0 and self.num_timesteps < total:
+                    save_sb3(saved, model, self.num_timesteps, time.perf_counter() - log.t0)
                 # SB3 collects whole phases of train_freq steps; stop at total_steps as train.py
                 # does, without the phase the rest would have reached
                 return self.num_timesteps < total or total % kwargs["train_freq"] == 0
 
-        log.record(0)
-        model.learn(total_timesteps=total, callback=EvalEvery())
+        if not start:
+            log.record(0)
+        model.learn(total_timesteps=total - start, callback=EvalEvery(), reset_num_timesteps=not start)
         log.record(model.num_timesteps)
     return {**log.summary(int(model.num_timesteps)), "implementation": "stable-baselines3", "agent": agent,
             "env": cfg.env.id, "sb3_settings": kwargs, "torch_threads": torch.get_num_threads()}
+
+
+def save_sb3(saved: str, model, step: int, wall: float) -> None:
+    """The model (weights, optimizers, schedules) and its replay buffer, written apart and then put in
+    place, so a run stopped while saving continues from the checkpoint before. What it does not keep:
+    the env's episode in progress (a continued run starts a new one) and the random streams, so a
+    continued run is the same algorithm and settings, not the same numbers."""
+    partial = saved + ".tmp"
+    shutil.rmtree(partial, ignore_errors=True)
+    os.makedirs(partial)
+    model.save(os.path.join(partial, "model.zip"))
+    model.save_replay_buffer(os.path.join(partial, "replay.pkl"))
+    with open(os.path.join(partial, "state.json"), "w") as f:
+        json.dump({"step": step, "wall_time": wall}, f)
+    shutil.rmtree(saved, ignore_errors=True)
+    os.rename(partial, saved)
 
 
 class EvalLog:

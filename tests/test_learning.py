@@ -1,7 +1,7 @@
 """Learning tests: the agents must solve a small real task within a small budget.
 
 Pendulum-v1 returns lie in about [-1600, 0]; a random policy scores about -1200 to -1500 and a
-good one better than -200. The bar is a deterministic evaluation above -300 after 15k env steps.
+good one better than -200. The bar is a deterministic evaluation above -300 after at most 15k env steps.
 
 A return alone passes some broken algorithms (a SAC whose temperature never moves still solves
 Pendulum), so the tests also check what the algorithm's parts must have done: the critics' values
@@ -39,27 +39,31 @@ def check_critic_bootstraps(records, from_step, key="q1"):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("agent,extra", [
-    ("td3", []), ("ddpg", []), ("sac", ["agent.log_std=tanh"]),
+@pytest.mark.parametrize("agent,extra,steps", [
+    # TD3's seed 0 evaluates at -356 and -433 at 9k and 10k before it settles (-190 from 11k): 15k
+    ("td3", [], 15000), ("ddpg", [], 10000), ("sac", ["agent.log_std=tanh"], 10000),
     # SimBa's residual network on normalized observations, at about the MLP's cost; SB3's clipped log std
-    ("sac", ["agent.log_std=clip", "network=simba", "network.width=64", "network.actor_width=64"]),
+    ("sac", ["agent.log_std=clip", "network=simba", "network.width=64", "network.actor_width=64"], 12000),
 ])
-def test_learns_pendulum_within_15k_steps(make_cfg, agent, extra):
-    cfg = make_cfg(f"agent={agent}", "env=pendulum", "total_steps=15000", "eval_every=15000", "seed=0",
+def test_learns_pendulum_within_15k_steps(make_cfg, agent, extra, steps):
+    """Each within the budget its seed 0 needs with a margin (evaluated every 1000 steps: DDPG and
+    SAC better than -210 from 5k-6k on); the parts' checks over the last third of the run."""
+    cfg = make_cfg(f"agent={agent}", "env=pendulum", f"total_steps={steps}", f"eval_every={steps}", "seed=0",
                    "logger.progress=false", *extra)
     records = Records()
     summary = run_to_completion(cfg, records)
-    assert summary["steps"] == 15000
-    assert summary["updates"] == 15000 - cfg.learning_starts
+    assert summary["steps"] == steps
+    assert summary["updates"] == steps - cfg.learning_starts
     assert summary["final_return"] > -300, summary
-    check_critic_bootstraps(records, from_step=10000)
+    last_third = steps * 2 // 3 // 1000 * 1000
+    check_critic_bootstraps(records, from_step=last_third)
     if agent == "sac":
         # the temperature (1.0 at the start) learned: it fell well below its start, and the policy's
         # entropy (of the squashed action, per batch) came to its target -|A| = -1
         assert cfg.agent.init_alpha == 1.0 and cfg.agent.target_entropy == "auto"
         alpha = records.rows["update"][-1][1]["alpha"]
         assert alpha < 0.2, f"alpha {alpha:.3f} at the end: not well below its start 1.0"
-        entropy = late_mean(records, "entropy", from_step=10000)
+        entropy = late_mean(records, "entropy", from_step=last_third)
         assert abs(entropy - (-1.0)) < 0.5, f"mean entropy {entropy:.2f} over the last records: not near its target -1"
 
 

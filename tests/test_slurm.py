@@ -44,37 +44,30 @@ def job_dirs(sweep_dir):
     return sorted((p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
 
 
-def test_a_seed_sweep_runs_as_slurm_jobs_and_aggregates(slurm_env, tmp_path):
+def test_a_seed_sweep_runs_as_slurm_jobs_and_aggregates_the_points_that_did_not_fail(slurm_env, tmp_path):
+    """Seeds 0 and 1, and a third point whose seed is refused (-1): the bad point fails alone, with
+    its error recorded for aggregate.py, and the others finish."""
     sweep = tmp_path / "sweep"
-    proc = multirun(slurm_env, sweep, "seed=0,1", *SHORT, *ON_THIS_CLUSTER)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = multirun(slurm_env, sweep, "seed=0,1,-1", *SHORT, *ON_THIS_CLUSTER)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     jobs = job_dirs(sweep)
-    summaries = [json.loads((job / "summary.json").read_text()) for job in jobs]
-    assert sorted(s["seed"] for s in summaries) == [0, 1]
+    assert [job.name for job in jobs] == ["0", "1", "2"]
+    summaries = [json.loads((job / "summary.json").read_text()) for job in jobs[:2]]
+    assert [s["seed"] for s in summaries] == [0, 1]
     for job, summary in zip(jobs, summaries):
         assert summary["steps"] == 600 and not summary["stopped"]
         assert [int(r["step"]) for r in read_csv(job / "eval.csv")] == [0, 200, 400, 600]
+    failed = json.loads((sweep / "2" / "failed.json").read_text())
+    assert failed["exit_code"] == 2 and failed["error"].startswith("seed must be an integer in [0, 2**31), got -1")
+    assert not (sweep / "2" / "summary.json").exists()
     # each job ran as a task of one SLURM array job: submitit's logs name it (<array id>_<task>)
     logs = "".join(p.read_text() for p in (sweep / ".submitit").rglob("*_log.out"))
-    assert len(re.findall(r"Starting with JobEnvironment\(job_id=\d+_[01],", logs)) == 2, logs[-2000:]
+    assert len(re.findall(r"Starting with JobEnvironment\(job_id=\d+_[012],", logs)) == 3, logs[-2000:]
     agg = subprocess.run([sys.executable, "aggregate.py", str(sweep), "--out", str(tmp_path / "agg")], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert agg.returncode == 0, agg.stderr[-3000:]
     assert "| td3 | pendulum | 2 |" in agg.stdout, agg.stdout
-
-
-def test_a_sweep_point_that_fails_leaves_the_others_to_finish_and_aggregate_reports_it(slurm_env, tmp_path):
-    sweep = tmp_path / "sweep"
-    proc = multirun(slurm_env, sweep, "batch_size=0,64", *SHORT, *ON_THIS_CLUSTER)
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    failed = json.loads((sweep / "0" / "failed.json").read_text())
-    assert failed["exit_code"] == 2 and failed["error"].startswith("batch_size must be a positive integer")
-    assert json.loads((sweep / "1" / "summary.json").read_text())["steps"] == 600
-    agg = subprocess.run([sys.executable, "aggregate.py", str(sweep), "--out", str(tmp_path / "agg")], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
-    assert agg.returncode == 0, agg.stderr[-3000:]
-    assert "| td3 | pendulum | 1 |" in agg.stdout, agg.stdout
-    assert f"skipped {sweep / '0'}: failed with exit code 2: batch_size must be a positive integer" in agg.stdout
+    assert f"skipped {sweep / '2'}: failed with exit code 2: seed must be an integer" in agg.stdout, agg.stdout
 
 
 def test_a_partition_it_lacks_or_a_cluster_that_does_not_answer_is_refused_before_any_job(slurm_env, tmp_path):
@@ -98,60 +91,63 @@ def uninterrupted(tmp_path_factory) -> dict:
     return uninterrupted_long_run(tmp_path_factory)
 
 
-def test_a_job_the_scheduler_requeues_mid_run_ends_as_the_uninterrupted_run(slurm_env, uninterrupted, tmp_path):
-    """`scontrol requeue`, as a pre-emption does: SLURM sends the job SIGTERM, the run checkpoints
-    and exits, SLURM starts the job again, and it continues from the checkpoint."""
+def test_a_job_requeued_by_the_scheduler_then_warned_of_its_time_limit_ends_as_the_uninterrupted_run(
+        slurm_env, uninterrupted, tmp_path):
+    """One job, interrupted the two ways a cluster interrupts a run, each after a checkpoint:
+    - `scontrol requeue`, as a pre-emption does: SLURM sends the job SIGTERM, the run checkpoints
+      and exits, and SLURM starts the job again;
+    - SIGUSR2, as SLURM sends it `signal_delay_s` before a job's time limit (sent here with scancel:
+      SLURM times its own warning to within 60 s only): the run checkpoints and hands the signal
+      to submitit, which requeues the job.
+    Each start continues from the checkpoint of the stop before it, and the run ends with the
+    weights of the run never interrupted."""
     sweep = tmp_path / "sweep"
-    proc, job = _start_and_wait_for_a_checkpoint(slurm_env, sweep)
-    subprocess.run(["scontrol", "requeue", job], env=slurm_env, check=True)
-    logs = _finished_as_uninterrupted(proc, sweep, uninterrupted)
-    _assert_resumed_where_stopped(logs, "SIGTERM")
-    assert logs.count("Starting with JobEnvironment") == 2  # one job, started twice by SLURM
-
-
-def _start_and_wait_for_a_checkpoint(env, sweep, *overrides):
-    """A one-job sweep started on the cluster, once its run has written a checkpoint: (the sweep's
-    process, the SLURM job id)."""
-    cmd = [sys.executable, "train.py", "-m", f"hydra.sweep.dir={sweep}", "seed=0", *LONG_RUN, *ON_THIS_CLUSTER, *overrides]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.time() + 600
-    while not has_a_checkpoint(sweep / "0"):
-        assert proc.poll() is None and time.time() < deadline, proc.communicate()
-        time.sleep(0.5)
-    (job,) = subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True,
+    cmd = [sys.executable, "train.py", "-m", f"hydra.sweep.dir={sweep}", "seed=0", *LONG_RUN, *ON_THIS_CLUSTER]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=slurm_env)
+    _wait_for(proc, lambda: _checkpoint_steps(sweep / "0"))
+    (job,) = subprocess.run(["squeue", "-h", "-o", "%i"], env=slurm_env, capture_output=True, text=True,
                             check=True).stdout.split()
-    return proc, job
+    subprocess.run(["scontrol", "requeue", job], env=slurm_env, check=True)
+    # the second start resumed from the stop's checkpoint and wrote one of its own after it
+    first_stop = _wait_for(proc, lambda: _stops(sweep, "SIGTERM"))[0]
+    _wait_for(proc, lambda: [s for s in _checkpoint_steps(sweep / "0") if s > first_stop])
+    subprocess.run(["scancel", "--signal=USR2", job], env=slurm_env, check=True)
 
-
-def _finished_as_uninterrupted(proc, sweep, uninterrupted) -> str:
-    """Wait for the sweep; its one run finished whole, with the uninterrupted run's weights. Returns
-    the job's submitit logs (stdout of every start)."""
     _, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err[-3000:]
     summary = json.loads((sweep / "0" / "summary.json").read_text())
     assert summary["steps"] == 6000 and not summary["stopped"]
     assert_same_weights(final_weights(sweep / "0"), uninterrupted)
-    return "".join(p.read_text() for p in (sweep / ".submitit").rglob("*_log.out"))
-
-
-def _assert_resumed_where_stopped(logs: str, signal_name: str) -> None:
-    """The job stopped mid-run on the signal, with a checkpoint at that step, and its next start
-    resumed from that step (not from an earlier periodic checkpoint)."""
-    stopped = re.findall(rf"stopped by {signal_name} at step (\d+)", logs)
-    resumed = re.findall(r"resumed \S+ from step_\d+ at step (\d+)", logs)
-    assert len(resumed) == 1 and set(stopped) == set(resumed), logs[-3000:]  # (the stop may be told twice)
-    assert 2000 < int(stopped[0]) < 6000
-
-
-def test_a_job_warned_of_its_time_limit_checkpoints_is_requeued_and_ends_as_the_uninterrupted_run(slurm_env, uninterrupted,
-                                                                                               tmp_path):
-    """SIGUSR2 from the scheduler to the job's steps, as SLURM sends it `signal_delay_s` before a
-    job's time limit (sent here with scancel: SLURM times its own warning to within 60 s only):
-    the run checkpoints, hands the signal to submitit, which requeues the job, and the job
-    continues from the checkpoint."""
-    sweep = tmp_path / "sweep"
-    proc, job = _start_and_wait_for_a_checkpoint(slurm_env, sweep)
-    subprocess.run(["scancel", "--signal=USR2", job], env=slurm_env, check=True)
-    logs = _finished_as_uninterrupted(proc, sweep, uninterrupted)
-    _assert_resumed_where_stopped(logs, "SIGUSR2")
+    logs = _logs(sweep)
+    stops = [_stops(sweep, "SIGTERM"), _stops(sweep, "SIGUSR2")]
+    resumed = [int(s) for s in re.findall(r"resumed \S+ from step_\d+ at step (\d+)", logs)]
+    # each start resumed where the stop before it was (not from an earlier periodic checkpoint)
+    assert [len(set(s)) for s in stops] == [1, 1] and resumed == [stops[0][0], stops[1][0]], logs[-3000:]
+    assert 2000 <= stops[0][0] < stops[1][0] < 6000, stops
+    assert logs.count("Starting with JobEnvironment") == 3  # one job, started three times
     assert "Requeued job" in logs, logs[-3000:]  # by submitit, the handler the run passed SIGUSR2 on to
+
+
+def _logs(sweep) -> str:
+    """The sweep's submitit logs: the stdout of every start of its jobs."""
+    return "".join(p.read_text() for p in (sweep / ".submitit").rglob("*_log.out")) if sweep.exists() else ""
+
+
+def _stops(sweep, signal_name: str) -> list[int]:
+    """The steps at which the sweep's job said it stopped on the signal (it may say so twice)."""
+    return [int(s) for s in re.findall(rf"stopped by {signal_name} at step (\d+)", _logs(sweep))]
+
+
+def _checkpoint_steps(run_dir) -> list[int]:
+    """The steps of the run's whole checkpoints (not one being written, `*.tmp`)."""
+    return [int(name.split("_")[1]) for name in os.listdir(run_dir / "checkpoints")
+            if name.startswith("step_") and not name.endswith(".tmp")] if has_a_checkpoint(run_dir) else []
+
+
+def _wait_for(proc, found, timeout=600):
+    """Poll `found()` until it returns something true, while the sweep runs; return it."""
+    deadline = time.time() + timeout
+    while not (result := found()):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.2)
+    return result
