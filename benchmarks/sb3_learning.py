@@ -273,8 +273,8 @@ def train(cfg: DictConfig, run_dir: str, agent: str, kwargs: dict) -> dict:
         model = {"td3": TD3, "ddpg": DDPG}[agent](policy, env, action_noise=noise, seed=int(cfg.seed), **model_kwargs)
     saved = os.path.join(run_dir, "sb3_checkpoint")
     start, wall_before = 0, 0.0
-    # the same command run again continues the run (from a save whose state.json, written last, is
-    # there: the one put in place, or one written whole but stopped before it was put in place)
+    # the same command with resume=auto continues the run (from a save whose state.json, written
+    # last, is there: the one put in place, or one written whole but stopped before it was put in place)
     found = [d for d in (saved, saved + ".tmp") if os.path.exists(os.path.join(d, "state.json"))]
     if found:
         with open(os.path.join(found[0], "state.json")) as f:
@@ -286,7 +286,8 @@ def train(cfg: DictConfig, run_dir: str, agent: str, kwargs: dict) -> dict:
     policy = SB3Policy(model)
     total, every = int(cfg.total_steps), int(cfg.eval_every)
     save_every = int(cfg.sb3.checkpoint_every or 0)
-    with EvalLog(run_dir, policy, eval_env, cfg, resume_at=start or None, wall_before=wall_before) as log:
+    # the evaluations up to the save's own step are kept: the callback evaluates before it saves
+    with EvalLog(run_dir, policy, eval_env, cfg, resume_at=start + 1 if start else None, wall_before=wall_before) as log:
 
         class EvalEvery(BaseCallback):
             def _on_step(self) -> bool:
