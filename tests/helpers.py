@@ -209,7 +209,7 @@ def final_weights(run_dir):
 # A run of about half a minute on one CPU, for the cluster tests (SLURM, Ray): a signal or a dead
 # node lands after its first checkpoint (step 2000), and the job, started again, must end with the
 # weights of the same run uninterrupted.
-LONG_RUN = ["total_steps=6000", "learning_starts=500", "eval_every=4000", "eval_episodes=1", "checkpoint.every=2000",
+LONG_RUN = ["total_steps=4000", "learning_starts=500", "eval_every=2000", "eval_episodes=1", "checkpoint.every=1000",
             "network.hidden=[64,64]", "deterministic=true", "logger.progress=false", "speed.threads.inter_op=1",
             "speed.threads.intra_op=1"]
 
@@ -226,7 +226,10 @@ def uninterrupted_long_run(tmp_path_factory) -> dict:
     session, whichever xdist worker asks first (a lock in the session's shared temp dir)."""
     import fcntl
 
-    shared = tmp_path_factory.getbasetemp().parent
+    # the session's temp dir: under xdist each worker's is a dir in it; without, it is the session's own
+    # (its parent holds every session's, and a run made there by an older LONG_RUN would be reused)
+    basetemp = tmp_path_factory.getbasetemp()
+    shared = basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp
     run_dir = shared / "uninterrupted_long_run"
     with open(shared / "uninterrupted_long_run.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -131,23 +131,25 @@ DMC_RUNS = {
 
 
 def dmc_train(run_dir, kind, *overrides):
-    # episodes cut to 100 steps (a time limit over the suite's), renders for video at 64x64: cheap evaluations
+    # episodes cut to 100 steps (a time limit over the suite's) and evaluations to 20 (a render costs
+    # ~25 ms with the software renderer), renders for video at 64x64: cheap evaluations
     cmd = [sys.executable, "train.py", f"hydra.run.dir={run_dir}", "env=dmc", "env.domain=cartpole",
-           "env.task=balance", "env.max_episode_steps=100", "+env.kwargs.render_size=64", *DMC_RUNS[kind], "learning_starts=100", "batch_size=16", "eval_every=200",
+           "env.task=balance", "env.max_episode_steps=100", "env.eval_max_episode_steps=20", "+env.kwargs.render_size=64",
+           *DMC_RUNS[kind], "learning_starts=100", "batch_size=16", "eval_every=200",
            "eval_episodes=1", "deterministic=true", "logger.progress=false", "checkpoint.every=0", *overrides]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
 @pytest.mark.parametrize("kind", sorted(DMC_RUNS))
 def test_continuous_agents_on_dmc_resume_bit_exact_and_evaluate_with_video(kind, tmp_path):
-    """A run extended from its checkpoint at 300 steps (mid-episode) ends where the uninterrupted
-    600-step run does (from pixels: the frames in replay, the shift's generator); then evaluate.py
-    plays it with a video and exports it."""
-    (whole, extended), _ = extended_run_ends_as_the_whole(lambda d, *o: dmc_train(d, kind, *o), tmp_path, 600)
+    """A run extended from its checkpoint at 250 steps (mid-episode: they are 100 steps) ends where
+    the uninterrupted 500-step run does (from pixels: the frames in replay, the shift's generator);
+    then evaluate.py plays it with a video and exports it."""
+    (whole, extended), _ = extended_run_ends_as_the_whole(lambda d, *o: dmc_train(d, kind, *o), tmp_path, 500)
     assert json.loads((whole / "summary.json").read_text())["env"] == "dmc-cartpole-balance"  # env.label
     whole_evals, extended_evals = ({r.split(",")[0]: r.split(",")[1] for r in (d / "eval.csv").read_text().splitlines()[1:]}
                                    for d in (whole, extended))
-    assert list(whole_evals) == ["0", "200", "400", "600"]  # the extended run evaluated at its end (300) too
+    assert list(whole_evals) == ["0", "200", "400", "500"]  # the extended run evaluated at its end (250) too
     assert all(extended_evals[step] == ret for step, ret in whole_evals.items())
 
     proc = evaluate(f"run_dir={whole}", "episodes=1", "video=true", "video_episodes=1", "export=true")

@@ -116,16 +116,17 @@ def test_a_job_requeued_by_the_scheduler_then_warned_of_its_time_limit_ends_as_t
     _, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err[-3000:]
     summary = json.loads((sweep / "0" / "summary.json").read_text())
-    assert summary["steps"] == 6000 and not summary["stopped"]
-    assert_same_weights(final_weights(sweep / "0"), uninterrupted)
+    assert summary["steps"] == 4000 and not summary["stopped"]
     logs = _logs(sweep)
     stops = [_stops(sweep, "SIGTERM"), _stops(sweep, "SIGUSR2")]
     resumed = [int(s) for s in re.findall(r"resumed \S+ from step_\d+ at step (\d+)", logs)]
     # each start resumed where the stop before it was (not from an earlier periodic checkpoint)
     assert [len(set(s)) for s in stops] == [1, 1] and resumed == [stops[0][0], stops[1][0]], logs[-3000:]
-    assert 2000 <= stops[0][0] < stops[1][0] < 6000, stops
-    assert logs.count("Starting with JobEnvironment") == 3  # one job, started three times
-    assert "Requeued job" in logs, logs[-3000:]  # by submitit, the handler the run passed SIGUSR2 on to
+    assert 1000 <= stops[0][0] < stops[1][0] < 4000, stops
+    # submitit's handler had the SIGUSR2 the run passed on, and requeued the job: it started three
+    # times (its "Requeued job" line may not come: SLURM's SIGTERM for the requeue can end it first)
+    assert "Caught signal SIGUSR2" in logs and logs.count("Starting with JobEnvironment") == 3, logs[-3000:]
+    assert_same_weights(final_weights(sweep / "0"), uninterrupted)
 
 
 def _logs(sweep) -> str:
