@@ -490,7 +490,7 @@ def test_wandb_without_network_warns_and_records_offline(tmp_path):
     env.update(WANDB_BASE_URL="http://127.0.0.1:9", WANDB_API_KEY="0" * 40)
     proc = subprocess.run(
         [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *RUN[:-3], "total_steps=300", "checkpoint.every=0",
-         "logger.wandb=true", "wandb.init_timeout=10"],
+         "logger.wandb=true", "wandb.init_timeout=4"],
         cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "W&B could not start online" in proc.stdout + proc.stderr
