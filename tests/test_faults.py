@@ -136,8 +136,9 @@ def test_a_diverged_job_of_a_sweep_does_not_end_the_sweep(tmp_path):
     sweep = tmp_path / "sweep"
     proc = train("-m", f"hydra.sweep.dir={sweep}", *SMALL, "agent.critic_lr=1e12,3e-4",
                  "total_steps=600", "learning_starts=300", "logger.every=300", "eval_every=600")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 1, proc.stderr[-3000:]  # the sweep ran on, and ends naming the failed point
     assert "error: training diverged: at step 600" in proc.stderr
+    assert f"error: 1 point of the sweep failed ({sweep / '0'}: training diverged at step 600)." in proc.stderr
     summaries = [json.loads((sweep / job / "summary.json").read_text()) for job in ("0", "1")]
     assert summaries[0]["diverged_at"] == 600 and summaries[1]["steps"] == 600
 

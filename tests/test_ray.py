@@ -48,7 +48,8 @@ def test_a_sweep_runs_as_ray_tasks_and_aggregates_the_points_that_did_not_fail(r
     tasks on the worker node, and aggregate.py counts them and reports the failed one."""
     sweep = tmp_path / "sweep"
     proc = multirun(ray_env, sweep, "batch_size=0,64,128", *SHORT, *ON_RAY)
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert f"error: 1 point of the sweep failed ({sweep / '0'}: batch_size must be a positive integer" in proc.stderr
     assert "(_run_job pid=" in proc.stdout + proc.stderr  # Ray's prefix of a task's output
     failed = json.loads((sweep / "0" / "failed.json").read_text())
     assert failed["exit_code"] == 2 and failed["error"].startswith("batch_size must be a positive integer")

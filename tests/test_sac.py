@@ -55,9 +55,10 @@ def test_squashed_log_density_is_the_density_of_tanh_of_a_gaussian():
     assert np.isfinite(far.numpy()).all() and far.numpy()[0] > 10  # log density near the edge: large, finite
 
 
-def test_log_std_bounds_are_cleanrls():
-    raw = tf.constant([-100.0, 0.0, 100.0])
-    np.testing.assert_allclose(losses.bounded_log_std(raw).numpy(), [-5.0, -1.5, 2.0], atol=1e-6)
+def test_log_std_maps_are_cleanrls_bound_and_sb3s_clamp():
+    raw = tf.constant([-100.0, 0.0, 0.5, 100.0])
+    np.testing.assert_allclose(losses.bounded_log_std(raw).numpy(), [-5.0, -1.5, -1.5 + 3.5 * np.tanh(0.5), 2.0], atol=1e-6)
+    np.testing.assert_allclose(losses.clipped_log_std(raw).numpy(), [-20.0, 0.0, 0.5, 2.0], atol=0)
 
 
 def test_soft_value_actor_and_temperature_losses_by_hand():

@@ -49,7 +49,8 @@ def test_a_seed_sweep_runs_as_slurm_jobs_and_aggregates_the_points_that_did_not_
     its error recorded for aggregate.py, and the others finish."""
     sweep = tmp_path / "sweep"
     proc = multirun(slurm_env, sweep, "seed=0,1,-1", *SHORT, *ON_THIS_CLUSTER)
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert f"error: 1 point of the sweep failed ({sweep / '2'}: seed must be an integer" in proc.stderr
     jobs = job_dirs(sweep)
     assert [job.name for job in jobs] == ["0", "1", "2"]
     summaries = [json.loads((job / "summary.json").read_text()) for job in jobs[:2]]

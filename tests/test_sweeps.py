@@ -9,6 +9,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 import scipy.stats
 import yaml
 
@@ -198,12 +199,17 @@ def test_a_slurm_sweep_where_sbatch_is_missing_is_refused_before_hydra_starts(ca
 
 def test_a_sweep_point_that_fails_is_recorded_and_the_points_after_it_still_run(tmp_path):
     """A bad value in the sweep's first point: that job records its error, the next job trains,
-    the sweep ends normally and aggregate.py reports the failed point with its error."""
+    the sweep ends with exit code 1 naming the failed point, and aggregate.py reports it."""
     sweep = tmp_path / "sweep"
     proc = multirun(sweep, "batch_size=0,64", "total_steps=300", "learning_starts=100", "eval_every=300",
                     "eval_episodes=1", "logger.progress=false")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 1, proc.stderr[-3000:]
     assert "error: batch_size must be a positive integer, got 0" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stderr.rstrip().endswith(
+        f"error: 1 point of the sweep failed ({sweep / '0'}: batch_size must be a positive integer, got 0; set e.g. "
+        f"batch_size=256.). The other points ran; aggregate.py {sweep} reports the failed ones and leaves them out. "
+        f"Correct what the errors name and run the sweep again with resume=auto: it keeps the points that finished."), \
+        proc.stderr[-1500:]
     failed = json.loads((sweep / "0" / "failed.json").read_text())
     assert failed["exit_code"] == 2 and failed["error"].startswith("batch_size must be a positive integer")
     assert json.loads((sweep / "1" / "summary.json").read_text())["steps"] == 300
@@ -250,3 +256,39 @@ def test_resume_auto_starts_a_fresh_run_and_continues_an_existing_one(tmp_path):
     assert "already finished: 450 steps" in third.stdout and "resumed" not in third.stdout
     assert [int(r["step"]) for r in read_csv(tmp_path / "eval.csv")] == [0, 150, 300, 450]
     assert not (tmp_path / "failed.json").exists()
+
+
+def test_the_sweeps_end_names_the_points_that_failed_in_it(tmp_path, capsys):
+    """training.callbacks.ReportFailedPoints over a sweep dir: a point with failed.json and one whose
+    summary says it diverged are named, a finished point and a point that failed in an earlier
+    sweep (an older failed.json) are not; a grid exits 1, a search (Optuna) only warns."""
+    from omegaconf import OmegaConf
+
+    from training.callbacks import ReportFailedPoints
+
+    for job, name, record in [("0", "failed.json", {"error": "batch_size must be a positive integer", "exit_code": 2}),
+                              ("1", "summary.json", {"steps": 600, "diverged_at": 600}),
+                              ("2", "summary.json", {"steps": 600}),
+                              ("3", "failed.json", {"error": "an old failure", "exit_code": 2})]:
+        (tmp_path / job).mkdir()
+        (tmp_path / job / name).write_text(json.dumps(record))
+    os.utime(tmp_path / "3" / "failed.json", (0, 0))
+
+    def end(sweeper: str) -> None:
+        config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}, "sweeper": {"_target_": sweeper},
+                                             "launcher": {"_target_": "hydra_plugins.hydra_joblib_launcher.JoblibLauncher"}}})
+        callback = ReportFailedPoints()
+        callback.on_multirun_start(config)
+        os.utime(tmp_path / "3" / "failed.json", (0, 0))
+        callback._started -= 60  # the points' files were written after the sweep started
+        callback.on_multirun_end(config)
+
+    with pytest.raises(SystemExit) as stop:
+        end("hydra._internal.core_plugins.basic_sweeper.BasicSweeper")
+    assert stop.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: 2 points of the sweep failed ({tmp_path / '0'}: batch_size must be a positive "
+                          f"integer; {tmp_path / '1'}: training diverged at step 600). The other points ran;"), err
+    assert "an old failure" not in err
+    end("hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper")
+    assert capsys.readouterr().err.startswith("warning: 2 points of the sweep failed (")

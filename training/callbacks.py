@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Any
 
 from hydra.experimental.callback import Callback
@@ -96,3 +97,59 @@ class RefuseExistingRunDir(Callback):
                 file=sys.stderr,
             )
             raise SystemExit(2)
+
+
+def failed_points(sweep_dir: str, since: float) -> list[tuple[str, str]]:
+    """(run dir, error) of each job under `sweep_dir` that failed at or after `since` (time.time()):
+    one that recorded its error (training.faults.FAILED) or whose summary says it diverged, in the
+    order of their directories."""
+    import json
+
+    from training.faults import FAILED
+
+    def read(path: str) -> dict:
+        try:
+            with open(path) as f:
+                record = json.load(f)
+            return record if isinstance(record, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    found = []
+    for root, dirs, files in os.walk(sweep_dir):
+        dirs[:] = sorted(d for d in dirs if d not in ("checkpoints", "tb", "wandb", ".submitit", ".hydra"))
+        recent = {f for f in (FAILED, "summary.json") if f in files and os.path.getmtime(os.path.join(root, f)) >= since}
+        if FAILED in recent:
+            found.append((root, str(read(os.path.join(root, FAILED)).get("error", "its failed.json cannot be read"))))
+        elif "summary.json" in recent and "diverged_at" in (summary := read(os.path.join(root, "summary.json"))):
+            found.append((root, f"training diverged at step {summary['diverged_at']}"))
+    return found
+
+
+class ReportFailedPoints(Callback):
+    """A sweep in which points failed (an error, or training that diverged) names them once every
+    point has run, and exits with code 1. Each failed job recorded why in its directory and returned,
+    so the points after it went on (train.py); without this a grid of points would exit 0 with
+    points missing. A search (Optuna's sweeper) counts a failed trial as one of its results: there
+    the report is a warning."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._started = time.time() - 1.0  # a file system's mtimes may be coarser than the clock
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if _launcher_is_remote(config):
+            return
+        sweep_dir = str(config.hydra.sweep.dir)
+        failed = failed_points(sweep_dir, getattr(self, "_started", 0.0))
+        if not failed:
+            return
+        shown = "; ".join(f"{path}: {error}" for path, error in failed[:3])
+        more = f"; and {len(failed) - 3} more" if len(failed) > 3 else ""
+        what = f"{len(failed)} point{'s' if len(failed) > 1 else ''} of the sweep failed ({shown}{more})."
+        if "optuna" in str(OmegaConf.select(config, "hydra.sweeper._target_", default="")).lower():
+            print(f"warning: {what} The search counted them as failed trials.", file=sys.stderr)
+            return
+        print(f"error: {what} The other points ran; aggregate.py {sweep_dir} reports the failed ones and leaves them "
+              f"out. Correct what the errors name and run the sweep again with resume=auto: it keeps the points that "
+              f"finished.", file=sys.stderr)
+        raise SystemExit(1)
