@@ -24,6 +24,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from training.checkpoints import latest_values, list_checkpoints  # noqa: E402
 RUN = ["total_steps=6000", "learning_starts=500", "eval_every=2000", "eval_episodes=1", "checkpoint.every=2000",
        "network.hidden=[64,64]", "deterministic=true", "logger.progress=false", "speed.threads.inter_op=1",
        "speed.threads.intra_op=1"]
@@ -35,22 +37,12 @@ LAUNCHERS = {
 }
 
 
-def final_weights(run_dir: str) -> dict:
-    import tensorflow as tf
-
-    path = sorted(glob.glob(os.path.join(run_dir, "checkpoints", "step_*")))[-1]
-    reader = tf.train.load_checkpoint(os.path.join(path, "agent"))
-    # the variables' values; not the object graph, whose names count the optimizers a process made before
-    return {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()
-            if "OPTIMIZER_SLOT" not in k and "save_counter" not in k and k != "_CHECKPOINTABLE_OBJECT_GRAPH"}
-
-
 def first_checkpoint(sweep: str, proc: subprocess.Popen) -> str:
     """The job dir that wrote the sweep's first periodic checkpoint."""
     while True:
-        found = [p for p in glob.glob(os.path.join(sweep, "*", "checkpoints", "step_*")) if not p.endswith(".tmp")]
+        found = [job for job in sorted(glob.glob(os.path.join(sweep, "*", ""))) if list_checkpoints(job)]
         if found:
-            return os.path.dirname(os.path.dirname(found[0]))
+            return found[0].rstrip("/")
         if proc.poll() is not None:
             raise RuntimeError(f"the sweep ended before any checkpoint: {proc.communicate()}")
         time.sleep(0.5)
@@ -137,12 +129,12 @@ def main() -> None:
            "RAY_DEDUP_LOGS": "0", "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
     subprocess.run(["rm", "-rf", args.work], check=True)
     rows = [sweep(launcher, args.seeds, args.work, env, not args.no_preempt) for launcher in LAUNCHERS]
-    reference = {seed: final_weights(os.path.join(rows[0]["path"], str(seed))) for seed in range(args.seeds)}
+    reference = {seed: latest_values(os.path.join(rows[0]["path"], str(seed))) for seed in range(args.seeds)}
     import numpy as np
 
     for row in rows:
         row["identical"] = sum(
-            all(np.array_equal(a, reference[seed][k]) for k, a in final_weights(os.path.join(row["path"], str(seed))).items())
+            all(np.array_equal(a, reference[seed][k]) for k, a in latest_values(os.path.join(row["path"], str(seed))).items())
             for seed in range(args.seeds))
         row["wall_vs_joblib"] = row["wall_s"] / rows[0]["wall_s"]
     print("| launcher | jobs | started again | identical to joblib's | wall time | vs joblib |")

@@ -1,7 +1,6 @@
 """Small helpers the tests share: batches for agents, in-process runs, train.py, resume and
 evaluate.py as subprocesses, and readers of what a run wrote."""
 import csv
-import glob
 import os
 import subprocess
 import sys
@@ -194,16 +193,10 @@ def read_csv(path):
 
 
 def final_weights(run_dir):
-    """The actor and critic weights in the final checkpoint, read with TensorFlow's reader."""
-    import tensorflow as tf
+    """The actor and critic weights in the final checkpoint (training.checkpoints.latest_values)."""
+    from training.checkpoints import latest_values
 
-    path = sorted(glob.glob(os.path.join(run_dir, "checkpoints", "step_*")))[-1]
-    reader = tf.train.load_checkpoint(os.path.join(path, "agent"))
-    # the variables' values; not the object graph, whose names count the optimizers a process made before
-    # (a second job in a reused worker process names them adam_2, adam_3)
-    names = sorted(k for k in reader.get_variable_to_shape_map()
-                   if "OPTIMIZER_SLOT" not in k and "save_counter" not in k and k != "_CHECKPOINTABLE_OBJECT_GRAPH")
-    return {k: reader.get_tensor(k) for k in names}
+    return latest_values(str(run_dir))
 
 
 # A run of about half a minute on one CPU, for the cluster tests (SLURM, Ray): a signal or a dead
@@ -214,11 +207,11 @@ LONG_RUN = ["total_steps=4000", "learning_starts=500", "eval_every=2000", "eval_
             "speed.threads.intra_op=1"]
 
 
-def has_a_checkpoint(run_dir) -> bool:
-    """The run has written a whole checkpoint (not only a `*.tmp` one being written)."""
-    checkpoints = os.path.join(run_dir, "checkpoints")
-    return os.path.isdir(checkpoints) and any(name.startswith("step_") and not name.endswith(".tmp")
-                                              for name in os.listdir(checkpoints))
+def checkpoint_steps(run_dir) -> list[int]:
+    """The steps of the run's complete checkpoints (not one being written)."""
+    from training.checkpoints import list_checkpoints
+
+    return list(list_checkpoints(str(run_dir)))
 
 
 def uninterrupted_long_run(tmp_path_factory) -> dict:

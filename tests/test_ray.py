@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.cluster_sweeps import kill_worker_node  # noqa: E402
-from helpers import LONG_RUN, ROOT, assert_same_weights, final_weights, has_a_checkpoint, uninterrupted_long_run
+from helpers import LONG_RUN, ROOT, assert_same_weights, checkpoint_steps, final_weights, uninterrupted_long_run
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -73,7 +73,7 @@ def test_a_job_whose_node_dies_is_retried_on_a_new_node_and_ends_as_the_uninterr
     cmd = [sys.executable, "train.py", "-m", f"hydra.sweep.dir={sweep}", "seed=0", *LONG_RUN, *ON_RAY]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ray_env)
     deadline = time.time() + 600
-    while not has_a_checkpoint(sweep / "0"):
+    while not checkpoint_steps(sweep / "0"):
         assert proc.poll() is None and time.time() < deadline, proc.communicate()
         time.sleep(0.5)
     kill_worker_node(RAY_DIR)

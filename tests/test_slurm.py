@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from helpers import LONG_RUN, ROOT, assert_same_weights, final_weights, has_a_checkpoint, read_csv, uninterrupted_long_run
+from helpers import LONG_RUN, ROOT, assert_same_weights, checkpoint_steps, final_weights, read_csv, uninterrupted_long_run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -105,13 +105,13 @@ def test_a_job_requeued_by_the_scheduler_then_warned_of_its_time_limit_ends_as_t
     sweep = tmp_path / "sweep"
     cmd = [sys.executable, "train.py", "-m", f"hydra.sweep.dir={sweep}", "seed=0", *LONG_RUN, *ON_THIS_CLUSTER]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=slurm_env)
-    _wait_for(proc, lambda: _checkpoint_steps(sweep / "0"))
+    _wait_for(proc, lambda: checkpoint_steps(sweep / "0"))
     (job,) = subprocess.run(["squeue", "-h", "-o", "%i"], env=slurm_env, capture_output=True, text=True,
                             check=True).stdout.split()
     subprocess.run(["scontrol", "requeue", job], env=slurm_env, check=True)
     # the second start resumed from the stop's checkpoint and wrote one of its own after it
     first_stop = _wait_for(proc, lambda: _stops(sweep, "SIGTERM"))[0]
-    _wait_for(proc, lambda: [s for s in _checkpoint_steps(sweep / "0") if s > first_stop])
+    _wait_for(proc, lambda: [s for s in checkpoint_steps(sweep / "0") if s > first_stop])
     subprocess.run(["scancel", "--signal=USR2", job], env=slurm_env, check=True)
 
     _, err = proc.communicate(timeout=900)
@@ -138,12 +138,6 @@ def _logs(sweep) -> str:
 def _stops(sweep, signal_name: str) -> list[int]:
     """The steps at which the sweep's job said it stopped on the signal (it may say so twice)."""
     return [int(s) for s in re.findall(rf"stopped by {signal_name} at step (\d+)", _logs(sweep))]
-
-
-def _checkpoint_steps(run_dir) -> list[int]:
-    """The steps of the run's whole checkpoints (not one being written, `*.tmp`)."""
-    return [int(name.split("_")[1]) for name in os.listdir(run_dir / "checkpoints")
-            if name.startswith("step_") and not name.endswith(".tmp")] if has_a_checkpoint(run_dir) else []
 
 
 def _wait_for(proc, found, timeout=600):

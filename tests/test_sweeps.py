@@ -113,10 +113,10 @@ def _submitit_job_pid(sweep_dir) -> int | None:
 
 
 def test_preempted_submitit_job_is_requeued_and_resumes_its_checkpoint(tmp_path):
-    from helpers import has_a_checkpoint
-
     """SIGUSR2 is submitit's pre-emption/timeout signal: the run checkpoints, hands the signal to
     submitit, which requeues the job, and the requeued job continues from that checkpoint."""
+    from helpers import checkpoint_steps
+
     sweep = tmp_path / "sweep"
     cmd = [sys.executable, "train.py", "-m", f"hydra.sweep.dir={sweep}", "seed=0", "total_steps=3000",
            "learning_starts=200", "eval_every=500", "eval_episodes=2", "checkpoint.every=500",
@@ -124,7 +124,7 @@ def test_preempted_submitit_job_is_requeued_and_resumes_its_checkpoint(tmp_path)
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run_dir = sweep / "0"
     deadline = time.time() + 600
-    while not has_a_checkpoint(run_dir):
+    while not checkpoint_steps(run_dir):
         assert proc.poll() is None and time.time() < deadline, proc.communicate()
         time.sleep(0.5)
     pid = _submitit_job_pid(sweep)

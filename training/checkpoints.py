@@ -93,6 +93,20 @@ def list_checkpoints(run_dir: str) -> dict[int, str]:
     return dict(sorted(found.items()))
 
 
+def latest_values(run_dir: str) -> dict[str, Any]:
+    """The values of the agent's variables in the run's latest complete checkpoint, by name: not the
+    optimizers' slots, the save counter or the object graph (whose names count the optimizers the
+    process made before it). Two runs whose values are equal ended in the same state."""
+    import tensorflow as tf
+
+    found = list_checkpoints(run_dir)
+    if not found:
+        raise FileNotFoundError(f"{run_dir} has no complete checkpoint")
+    reader = tf.train.load_checkpoint(os.path.join(found[max(found)], "agent"))
+    return {k: reader.get_tensor(k) for k in sorted(reader.get_variable_to_shape_map())
+            if "OPTIMIZER_SLOT" not in k and "save_counter" not in k and k != "_CHECKPOINTABLE_OBJECT_GRAPH"}
+
+
 def resolve_checkpoint(run_dir: str, which: str | int = "latest") -> str:
     """The directory of checkpoint `latest`, `best` or a step number, with a clear error if absent."""
     if not os.path.isdir(run_dir):
