@@ -191,6 +191,12 @@ def two_hot_cross_entropy(logits: tf.Tensor, target: tf.Tensor, bins: tf.Tensor)
     return -tf.reduce_sum(two_hot(target, bins) * tf.nn.log_softmax(logits, axis=-1), axis=-1)
 
 
+def reward_squared_error(prediction: tf.Tensor, target: tf.Tensor, bins: tf.Tensor | None = None) -> tf.Tensor:
+    """The squared error of a one-output reward head, per sample (B,): MR.Q's design study's "MSE
+    reward loss" in place of `two_hot_cross_entropy` (same signature; `bins` unused)."""
+    return tf.square(prediction[:, 0] - tf.cast(target, tf.float32))
+
+
 def masked_mse(prediction: tf.Tensor, target: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
     """Mean of the squared errors with each sample's row scaled by its mask (1: kept, 0: dropped),
     averaged over every element, dropped ones included (MR.Q's `masked_mse`)."""
@@ -222,19 +228,20 @@ def realigned_action(action: tf.Tensor, discrete: bool) -> tf.Tensor:
 
 def model_rollout_loss(model, zs: tf.Tensor, actions: tf.Tensor, next_zs: tf.Tensor, reward: tf.Tensor,
                        terminated: tf.Tensor, bins: tf.Tensor, dyn_weight: float, reward_weight: float,
-                       done_weight: tf.Tensor) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+                       done_weight: tf.Tensor, reward_loss=two_hot_cross_entropy) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
     """MR.Q's encoder loss: `model(zs, action) -> (done, next zs, reward logits)` unrolled from the
     first state's embedding `zs` (B, Z) through the H actions (B, H, A), each step's prediction fed
     to the next, against the target encoder's embeddings of the next states (B, H, Z), the rewards
     (two-hot cross-entropy) and the terminations (squared error of the raw output), every term of a
     sample masked from the step after its first termination on. Summed over the steps; `done_weight`
-    is 0 while no stored transition has terminated (the author's `env_terminates`)."""
+    is 0 while no stored transition has terminated (the author's `env_terminates`). `reward_loss`
+    (logits, target, bins) -> (B,) is the reward's term."""
     alive = tf.ones_like(reward[:, 0])
     parts = {"dynamics": 0.0, "reward": 0.0, "done": 0.0}
     for i in range(actions.shape[1]):
         done, zs, reward_logits = model(zs, actions[:, i])
         parts["dynamics"] += masked_mse(zs, next_zs[:, i], alive)
-        parts["reward"] += tf.reduce_mean(two_hot_cross_entropy(reward_logits, reward[:, i], bins) * alive)
+        parts["reward"] += tf.reduce_mean(reward_loss(reward_logits, reward[:, i], bins) * alive)
         parts["done"] += masked_mse(done, terminated[:, i, None], alive)
         alive = alive * (1.0 - terminated[:, i])
     total = dyn_weight * parts["dynamics"] + reward_weight * parts["reward"] + done_weight * parts["done"]

@@ -62,7 +62,9 @@ class MRQ:
                  encoder_lr: float = 1e-4, encoder_wd: float = 1e-4, value_lr: float = 3e-4, value_wd: float = 1e-4,
                  value_grad_clip: float = 20.0, policy_lr: float = 3e-4, policy_wd: float = 1e-4,
                  gumbel_tau: float = 10.0, pre_activ_weight: float = 1e-5, num_bins: int = 65,
-                 lower: float = -10.0, upper: float = 10.0):
+                 lower: float = -10.0, upper: float = 10.0, reward_loss: str = "two_hot",
+                 reward_scaling: bool = True, target_value: str = "min", value_loss: str = "huber",
+                 target_encoder: bool = True):
         if not isinstance(network, MRQNetworks):
             raise ValueError("agent=mrq builds its encoders, policy and value networks from network=mrq (its default); "
                              "leave the network group out of the command, or set network=mrq.")
@@ -94,14 +96,26 @@ class MRQ:
         self.target_noise = scale * positive("target_noise", target_noise, 0.2)
         self.noise_clip = scale * positive("noise_clip", noise_clip, 0.3)
         self.bins = tf.constant(losses.two_hot_bins(lower, upper, self.num_bins))
+        # the paper's design study (Sec. 5.2), each switch one of its variants; the defaults are MR.Q
+        mrqs = " (the first is MR.Q's)"
+        self.reward_loss = {"two_hot": losses.two_hot_cross_entropy, "mse": losses.reward_squared_error}[
+            checks.choice(reward_loss, "reward_loss", ("two_hot", "mse"), mrqs)]
+        self.target_reduce = {"min": tf.reduce_min, "mean": tf.reduce_mean}[
+            checks.choice(target_value, "target_value", ("min", "mean"), mrqs)]
+        self.value_loss = {"huber": losses.huber, "mse": losses.mse}[
+            checks.choice(value_loss, "value_loss", ("huber", "mse"), mrqs)]
+        self.reward_scaling = checks.flag(reward_scaling, "reward_scaling")
+        self.use_target_encoder = checks.flag(target_encoder, "target_encoder")
 
         self._rng = rng
         self._tf_rng = tf.random.Generator.from_seed(tf_seed(rng))
         self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
         self.reward_scale = tf.Variable(1.0, trainable=False, name="reward_scale")
-        self.target_reward_scale = tf.Variable(0.0, trainable=False, name="target_reward_scale")
+        self.target_reward_scale = tf.Variable(0.0 if self.reward_scaling else 1.0, trainable=False,
+                                               name="target_reward_scale")
 
-        o, a, bins = self.obs_shape, self.action_dim, self.num_bins
+        o, a = self.obs_shape, self.action_dim
+        bins = self.num_bins if reward_loss == "two_hot" else 1  # the reward head's outputs
         self.encoder_next = network.encoder(o, a, bins, "encoder_next")  # trained every update
         self.encoder = network.encoder(o, a, bins, "encoder", like=self.encoder_next)  # what value and policy use
         self.encoder_target = network.encoder(o, a, bins, "encoder_target", like=self.encoder_next)
@@ -149,8 +163,9 @@ class MRQ:
                                (self.encoder_target, self.encoder), (self.encoder, self.encoder_next)):
             for t, o in zip(target.weights, online.weights, strict=True):
                 t.assign(o)
-        self.target_reward_scale.assign(self.reward_scale)
-        self.reward_scale.assign(reward_scale)
+        if self.reward_scaling:
+            self.target_reward_scale.assign(self.reward_scale)
+            self.reward_scale.assign(reward_scale)
         return tf.constant(True)
 
     def action_input(self, action: tf.Tensor) -> tf.Tensor:
@@ -161,16 +176,22 @@ class MRQ:
 
     def encoder_update(self, runs, terminates: tf.Tensor) -> tuple[tf.Tensor, dict]:
         """The model loss unrolled along the runs, the next states embedded by the encoder in use
-        (the trained copy's target, as the author's is the copy made before its 250 updates)."""
+        (the trained copy's target, as the author's is the copy made before its 250 updates); with
+        target_encoder=false, by the trained copy itself, its gradients through them included."""
         b, h = tf.shape(runs.reward)[0], self.enc_horizon
         flat_next = tf.reshape(runs.next_obs, tf.concat([[-1], tf.shape(runs.next_obs)[2:]], 0))
-        next_zs = tf.stop_gradient(tf.reshape(self.encoder.zs(flat_next), [b, h, -1]))
+        next_embedding = lambda encoder: tf.reshape(encoder.zs(flat_next), [b, h, -1])  # noqa: E731
+        if self.use_target_encoder:
+            next_zs = tf.stop_gradient(next_embedding(self.encoder))
         actions = self.action_input(runs.action)
         variables = self.encoder_next.trainable_variables
         with tf.GradientTape() as tape:
+            if not self.use_target_encoder:
+                next_zs = next_embedding(self.encoder_next)
             loss, parts = losses.model_rollout_loss(
                 self.encoder_next.predict, self.encoder_next.zs(runs.obs), actions, next_zs, runs.reward,
-                runs.terminated, self.bins, self.dyn_weight, self.reward_weight, self.done_weight * terminates)
+                runs.terminated, self.bins, self.dyn_weight, self.reward_weight, self.done_weight * terminates,
+                self.reward_loss)
         self.encoder_optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
         return loss, parts
 
@@ -186,7 +207,7 @@ class MRQ:
         shape = [tf.shape(batch.reward)[0], self.action_dim]
         noise = tf.clip_by_value(self._tf_rng.normal(shape) * self.target_noise, -self.noise_clip, self.noise_clip)
         next_action = losses.realigned_action(self.act_pre(self.policy_target(next_zs)) + noise, self.discrete)
-        next_q = tf.reduce_min(self.value_target(self.encoder_target.embed(next_zs, next_action)), axis=1)
+        next_q = self.target_reduce(self.value_target(self.encoder_target.embed(next_zs, next_action)), axis=1)
         # batch.discount = gamma^m (1 - terminated) for the m <= q_horizon steps the return spans
         return losses.scaled_value_target(batch.reward, batch.discount, next_q, self.reward_scale,
                                           self.target_reward_scale)
@@ -197,7 +218,7 @@ class MRQ:
         variables = self.value.trainable_variables
         with tf.GradientTape() as tape:
             q = self.value(zsa)
-            loss = losses.huber(q, target[:, None], batch.weight[:, None])  # weights: ones but for buffer=prioritized
+            loss = self.value_loss(q, target[:, None], batch.weight[:, None])  # weights: ones but for buffer=prioritized
         grads, _ = tf.clip_by_global_norm(tape.gradient(loss, variables), self.value_grad_clip)
         self.value_optimizer.apply_gradients(zip(grads, variables))
         return loss, q, target

@@ -80,7 +80,7 @@ class MRQNetworks:
 
     def __init__(self, zs_dim: int = 512, za_dim: int = 256, zsa_dim: int = 512, encoder_hidden: int = 512,
                  value_hidden: int = 512, policy_hidden: int = 512, encoder_activation: str = "elu",
-                 value_activation: str = "elu", policy_activation: str = "relu"):
+                 value_activation: str = "elu", policy_activation: str = "relu", linear_value: bool = False):
         self.zs_dim, self.za_dim, self.zsa_dim = _width(zs_dim, "zs_dim"), _width(za_dim, "za_dim"), _width(zsa_dim, "zsa_dim")
         self.encoder_hidden = _width(encoder_hidden, "encoder_hidden")
         self.value_hidden, self.policy_hidden = _width(value_hidden, "value_hidden"), _width(policy_hidden, "policy_hidden")
@@ -90,6 +90,9 @@ class MRQNetworks:
                 raise ValueError(f"network.{key} must be one of {', '.join(ACTIVATIONS)}, got {value!r}")
         self.encoder_activation, self.value_activation = encoder_activation, value_activation
         self.policy_activation = policy_activation
+        if not isinstance(linear_value, bool):
+            raise ValueError(f"network.linear_value must be true or false, got {linear_value!r}")
+        self.linear_value = linear_value
 
     def __call__(self, *args, name: str = "network", **kwargs):
         raise ValueError(
@@ -146,13 +149,15 @@ class MRQNetworks:
         return keras.Model(zs, _mlp(zs, action_dim, self.policy_hidden, self.policy_activation, name), name=name)
 
     def value(self, name: str) -> keras.Model:
-        """zsa -> both value heads (B, 2), each an MLP to `value_hidden`, normalized, activated and linear."""
+        """zsa -> both value heads (B, 2), each an MLP to `value_hidden`, normalized, activated and
+        linear; with `linear_value`, each linear in zsa (the design study's "Linear value function")."""
         zsa = keras.Input((self.zsa_dim,), name=f"{name}_zsa")
         heads = []
         for k in (1, 2):
             head = f"{name}_q{k}"
-            x = _ln_act(_mlp(zsa, self.value_hidden, self.value_hidden, self.value_activation, head),
-                        self.value_activation, f"{head}_h3")
+            x = zsa if self.linear_value else _ln_act(
+                _mlp(zsa, self.value_hidden, self.value_hidden, self.value_activation, head), self.value_activation,
+                f"{head}_h3")
             heads.append(keras.layers.Dense(1, name=f"{head}_value", **_init())(x))
         return keras.Model(zsa, keras.layers.Concatenate(name=f"{name}_q")(heads), name=name)
 

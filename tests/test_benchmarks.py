@@ -313,3 +313,38 @@ def test_memory_counts_pages_a_forked_child_shares_once():
         assert 195 < tree < 260 and 90 < alone < 140
     finally:
         proc.communicate("\n", timeout=30)
+
+
+def test_every_run_of_every_study_composes(make_cfg):
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import studies
+
+    for study, (_, runs) in studies.STUDIES.items():
+        assert len({r.name for r in runs}) == len(runs), study
+        for run in runs:
+            cfg = make_cfg(*run.overrides)
+            assert cfg.total_steps > 0, run.name
+
+
+def test_a_study_keeps_a_completed_run_whole_and_aggregate_reads_the_kept_copy(tmp_path, capsys):
+    """What `studies.py run` keeps of a run is all aggregate.py needs; a stopped run is not kept."""
+    from helpers import InProcess
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import studies
+
+    from analysis.runs import load_run
+
+    run_dir = tmp_path / "run"
+    InProcess(capsys).train(run_dir, "agent=dqn", "env=cartpole", "total_steps=300", "learning_starts=100",
+                            "eval_every=150", "eval_episodes=1", "network.hidden=[8]")
+    assert studies.completed(str(run_dir))
+    kept = tmp_path / "kept" / "dqn_cartpole"
+    (tmp_path / "kept").mkdir()
+    studies.keep(str(run_dir), str(kept))
+    assert sorted(os.listdir(kept)) == [".hydra", "eval.csv", "summary.json"]
+    record = load_run(str(kept))
+    assert record.final_step == 300 and record.steps.tolist() == [0, 150, 300]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (kept / "summary.json").write_text(json.dumps({**summary, "stopped": True}))
+    assert not studies.completed(str(kept))

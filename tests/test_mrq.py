@@ -87,6 +87,21 @@ def test_model_rollout_loss_unrolls_its_predictions_and_masks_after_termination(
     np.testing.assert_allclose(total, dynamics + 0.1 * rewards + done_weight * done, rtol=1e-6)
 
 
+def test_model_rollout_loss_with_the_squared_reward_error():
+    """The design study's "MSE reward loss": the reward head's one output against the reward,
+    squared, with the same masks; predictions 1, 2, 3 and 2, 3, 4 as above."""
+    def model(zs, action):
+        nxt = zs + action
+        return nxt, nxt, nxt
+
+    reward = tf.constant([[0.0, 1.0, 0.5], [1.0, 0.0, 0.0]])
+    terminated = tf.constant([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
+    _, parts = losses.model_rollout_loss(model, tf.constant([[0.0], [1.0]]), tf.ones([2, 3, 1]),
+                                         tf.constant([[[1.0]] * 3, [[2.0]] * 3]), reward, terminated, None, 1.0, 0.1,
+                                         tf.constant(0.1), losses.reward_squared_error)
+    np.testing.assert_allclose(parts["reward"], (1 + 1) / 2 + 1 / 2 + 2.5 ** 2 / 2, rtol=1e-6)
+
+
 # --- the agent --------------------------------------------------------------------------------------
 TINY_NET = dict(zs_dim=8, za_dim=4, zsa_dim=8, encoder_hidden=16, value_hidden=16, policy_hidden=16)
 OBS = 5
@@ -151,38 +166,97 @@ def test_targets_encoder_and_reward_scale_move_every_target_update():
     assert not same(weights(agent.value), value)
 
 
-def test_value_target_reads_the_targets_in_the_scale_of_their_time():
+@pytest.mark.parametrize("switch,reduce,scales", [
+    ({}, np.min, (2.0, 11.0)),
+    ({"target_value": "mean"}, np.mean, (2.0, 11.0)),  # the design study's "No min"
+    ({"reward_scaling": False}, np.min, (1.0, 1.0)),  # "No reward scaling": both scales stay 1
+])
+def test_value_target_reads_the_targets_in_the_scale_of_their_time(switch, reduce, scales):
     """(R + discount * min Q'(zsa') * target scale) / scale, with zs', a' and zsa' from the target
     encoder and policy (no smoothing noise here)."""
     from helpers import compiled
 
-    learner = compiled(mrq(target_update_every=3, target_noise=0.0))
+    learner = compiled(mrq(target_update_every=3, target_noise=0.0, **switch))
     agent, rng = learner.agent, np.random.default_rng(2)
     for scale in (2.0, 5.0, 7.0, 11.0, 13.0):  # the targets now differ from the online networks
         learner.update(runs_batch(rng, agent, scale))
+    assert (agent.target_reward_scale.numpy(), agent.reward_scale.numpy()) == scales
     batch = tf.nest.map_structure(lambda x: tf.constant(x[0]), runs_batch(rng, agent, 1.0)).batch
     next_zs = agent.encoder_target.zs(batch.next_obs)
     next_action = tf.clip_by_value(tf.tanh(agent.policy_target(next_zs)), -1, 1)
-    next_q = np.min(agent.value_target(agent.encoder_target.embed(next_zs, next_action)).numpy(), axis=1)
-    expected = (batch.reward.numpy() + batch.discount.numpy() * next_q * 2.0) / 11.0
+    next_q = reduce(agent.value_target(agent.encoder_target.embed(next_zs, next_action)).numpy(), axis=1)
+    target_scale, scale = scales
+    expected = (batch.reward.numpy() + batch.discount.numpy() * next_q * target_scale) / scale
     np.testing.assert_allclose(agent.value_target_of(batch), expected, rtol=1e-5, atol=1e-6)
     assert not np.allclose(agent.encoder_target.zs(batch.next_obs), agent.encoder.zs(batch.next_obs))
 
 
-def test_the_encoder_update_trains_the_copy_against_the_encoder_in_use():
-    agent, rng = mrq(), np.random.default_rng(3)
+@pytest.mark.parametrize("value_loss", ["huber", "mse"])  # mse with buffer=uniform: the design study's "No LAP"
+def test_the_value_loss_is_the_huber_or_squared_error_of_both_heads(value_loss):
+    agent, rng = mrq(target_noise=0.0, value_loss=value_loss), np.random.default_rng(5)
+    batch = tf.nest.map_structure(lambda x: tf.constant(x[0]), runs_batch(rng, agent, 1.0)).batch
+    agent.reward_scale.assign(0.05)  # targets of some 20: errors beyond Huber's quadratic part
+    target = agent.value_target_of(batch).numpy()[:, None]
+    q = agent.value(agent.encoder.embed(agent.encoder.zs(batch.obs), agent.box.to_unit(batch.action))).numpy()
+    err = np.abs(q - target)
+    assert err.max() > 1.0
+    expected = np.mean(np.where(err < 1, 0.5 * err ** 2, err - 0.5) if value_loss == "huber" else err ** 2)
+    loss, _, _ = agent.value_update(batch)
+    np.testing.assert_allclose(loss, expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("target_encoder", [True, False])
+def test_the_encoder_update_trains_the_copy_against_the_encoder_in_use(target_encoder):
+    """The dynamics targets are the encoder in use's embeddings of the next states; with
+    target_encoder=false (the design study's "No target encoder"), the trained copy's own, and its
+    gradients flow through them too: its first AdamW step is the one of the whole gradient."""
+    agent, rng = mrq(target_encoder=target_encoder), np.random.default_rng(3)
     inputs = tf.nest.map_structure(lambda x: tf.constant(x[0]), runs_batch(rng, agent, 1.0))
     runs = inputs.runs
-    in_use, copy, value = weights(agent.encoder), weights(agent.encoder_next), weights(agent.value)
+    in_use, value = weights(agent.encoder), weights(agent.value)
     agent.encoder_next.zs.set_weights([w + 0.1 for w in agent.encoder_next.zs.get_weights()])  # not the encoder's
-    next_zs = tf.reshape(agent.encoder.zs(tf.reshape(runs.next_obs, [-1, OBS])), [16, 3, -1])
-    expected, _ = losses.model_rollout_loss(agent.encoder_next.predict, agent.encoder_next.zs(runs.obs),
-                                            agent.box.to_unit(runs.action), next_zs, runs.reward, runs.terminated,
-                                            agent.bins, 1.0, 0.1, 0.1 * inputs.terminates)
+    copy = weights(agent.encoder_next)
+    targets_by = agent.encoder if target_encoder else agent.encoder_next
+    variables = agent.encoder_next.trainable_variables
+    with tf.GradientTape(persistent=True) as tape:
+        next_zs = tf.reshape(targets_by.zs(tf.reshape(runs.next_obs, [-1, OBS])), [16, 3, -1])
+        def model_loss(next_zs):
+            return losses.model_rollout_loss(agent.encoder_next.predict, agent.encoder_next.zs(runs.obs),
+                                             agent.box.to_unit(runs.action), next_zs, runs.reward, runs.terminated,
+                                             agent.bins, 1.0, 0.1, 0.1 * inputs.terminates)[0]
+        expected, held = model_loss(next_zs), model_loss(tf.stop_gradient(next_zs))
+    whole, held_grads = tape.gradient(expected, variables), tape.gradient(held, variables)
     loss, _ = agent.encoder_update(runs, inputs.terminates)
     np.testing.assert_allclose(loss, expected, rtol=1e-6)
     assert same(weights(agent.encoder), in_use) and same(weights(agent.value), value)
     assert not same(weights(agent.encoder_next), copy)
+
+    def adamw_step(w, g, lr=1e-4, wd=1e-4, beta2=0.999, eps=1e-8):  # Keras AdamW's first step: decay, then Adam
+        w = w - lr * wd * w
+        return w - lr * g / (np.abs(g) + eps / np.sqrt(1 - beta2))
+
+    kernel = [i for i, v in enumerate(variables) if v.path == agent.encoder_next.zs.weights[0].path][0]
+    np.testing.assert_allclose(variables[kernel].numpy(), adamw_step(copy[kernel], whole[kernel].numpy()), atol=1e-9)
+    if not target_encoder:  # the targets' gradients changed the step
+        assert np.abs(adamw_step(copy[kernel], held_grads[kernel].numpy()) - variables[kernel].numpy()).max() > 1e-5
+
+
+def test_the_design_studys_switches_of_the_networks():
+    """reward_loss=mse gives the model one reward output and trains with it; network.linear_value
+    makes each value head zsa . w + b (the design study's "MSE reward loss" and "Linear value function")."""
+    from helpers import compiled
+    from networks.mrq import MRQNetworks
+
+    learner = compiled(mrq(reward_loss="mse"))
+    assert learner.agent.encoder_next.model.outputs[0].shape[-1] == 1 + TINY_NET["zs_dim"] + 1
+    metrics = learner.update(runs_batch(np.random.default_rng(6), learner.agent, 1.0))
+    assert np.isfinite(float(metrics["reward_loss"]))
+    value = MRQNetworks(**TINY_NET, linear_value=True).value("v")
+    zsa = np.random.default_rng(7).normal(size=(4, TINY_NET["zsa_dim"])).astype(np.float32)
+    expected = [zsa @ value.get_layer(f"v_q{k}_value").kernel.numpy() + value.get_layer(f"v_q{k}_value").bias.numpy()
+                for k in (1, 2)]
+    np.testing.assert_allclose(value(zsa), np.concatenate(expected, axis=1), rtol=1e-5, atol=1e-6)
+    assert len(value.trainable_variables) == 4
 
 
 def test_discrete_evaluation_samples_the_policy_softmax():

@@ -1,0 +1,160 @@
+"""The learning comparisons of benchmarks/README.md that take many CPU-hours, declared as studies:
+each study is a list of runs (tfrl's train.py or Stable-Baselines3's sb3_learning.py, one command
+each), run one after another. When a run completes, its record (`.hydra/`, `eval.csv` and
+`summary.json`: what aggregate.py reads, a few KB) is kept in
+`benchmarks/learning/<study>/runs/<run>/`, so a study can be finished over several sittings on
+several machines and its table and plots rebuilt from the repo alone.
+
+    uv run python benchmarks/studies.py list                      # every study, which runs are kept
+    uv run python benchmarks/studies.py run minatar_dqn --runs-dir /tmp/studies [--only NAME ...]
+    uv run python benchmarks/studies.py aggregate minatar_dqn     # -> benchmarks/learning/minatar_dqn/
+
+`run` runs the runs not yet kept, in the order listed (a run's command has `resume=auto`: stopped
+and started again on the same machine, it continues from its last checkpoint). SB3's runs need its
+venv (`bash benchmarks/setup_sb3.sh`). Each run uses one thread on each side, so two `run`s with
+disjoint `--only` lists fill a two-core machine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LEARNING = os.path.join(ROOT, "benchmarks", "learning")
+SB3_PYTHON = os.path.join(ROOT, "benchmarks", ".venv-sb3", "bin", "python")
+RECORD = ("eval.csv", "summary.json")  # with .hydra/: what analysis/runs.py reads of a run
+
+ONE_THREAD = {"tfrl": ["speed.threads.inter_op=1", "speed.threads.intra_op=1", "speed.batch_shards=1"],
+              "sb3": ["sb3.threads=1"]}
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str
+    implementation: str  # tfrl | sb3
+    overrides: tuple[str, ...]
+
+    def command(self, run_dir: str) -> list[str]:
+        script = ([sys.executable, "train.py"] if self.implementation == "tfrl"
+                  else [SB3_PYTHON, "benchmarks/sb3_learning.py"])
+        extra = ["sb3.checkpoint_every=50000"] if self.implementation == "sb3" else []
+        return [*script, *self.overrides, *ONE_THREAD[self.implementation], *extra,
+                "resume=auto", f"hydra.run.dir={run_dir}"]
+
+
+def grid(implementations: list[str], agent: str, tasks: list[tuple[str, list[str]]], seeds: range,
+         common: list[str]) -> list[Run]:
+    """Every implementation x task x seed, seed-major so that a partly run study has whole seeds."""
+    return [Run(f"{impl}_{agent}_{task}_s{seed}", impl, (f"agent={agent}", *task_overrides, *common, f"seed={seed}"))
+            for seed in seeds for task, task_overrides in tasks for impl in implementations]
+
+
+DMC_TASKS = [("cheetah_run", ["env=dmc", "env.domain=cheetah", "env.task=run"]),
+             ("walker_walk", ["env=dmc", "env.domain=walker", "env.task=walk"])]
+
+STUDIES: dict[str, tuple[str, list[Run]]] = {
+    "minatar_dqn": (
+        "DQN on two MinAtar games, tfrl against SB3, the MinAtar paper's settings (conf/tuned/dqn_minatar.yaml)",
+        grid(["tfrl", "sb3"], "dqn",
+             [(game, ["env=minatar", f"env.game={game}"]) for game in ("breakout", "space_invaders")],
+             range(3), ["total_steps=500000", "eval_every=25000"])),
+    "dmc_sac_td7": (
+        "SAC (tfrl and SB3) and TD7 (tfrl) on two DMC tasks from states, 100k steps",
+        grid(["tfrl", "sb3"], "sac", DMC_TASKS, range(3), ["total_steps=100000"])
+        + grid(["tfrl"], "td7", DMC_TASKS, range(3), ["total_steps=100000"])),
+}
+
+
+def kept_dir(study: str, run: Run) -> str:
+    return os.path.join(LEARNING, study, "runs", run.name)
+
+
+def completed(run_dir: str) -> bool:
+    """A run that wrote its summary without being stopped: finished, or diverged (a result too)."""
+    try:
+        with open(os.path.join(run_dir, "summary.json")) as f:
+            return not json.load(f).get("stopped", False)
+    except (OSError, ValueError):
+        return False
+
+
+def keep(run_dir: str, dest: str) -> None:
+    """Copy a completed run's record into the repo (into a temp dir first, so a kept run is whole)."""
+    tmp = dest + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(os.path.join(run_dir, ".hydra"), os.path.join(tmp, ".hydra"))
+    for name in RECORD:
+        shutil.copy2(os.path.join(run_dir, name), tmp)
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(tmp, dest)
+
+
+def select(study: str, only: list[str] | None) -> list[Run]:
+    runs = STUDIES[study][1]
+    unknown = sorted(set(only or ()) - {r.name for r in runs})
+    if unknown:
+        sys.exit(f"error: no run named {', '.join(unknown)} in study {study}; "
+                 f"`python benchmarks/studies.py list` names them.")
+    return [r for r in runs if not only or r.name in only]
+
+
+def run_study(study: str, runs_dir: str, only: list[str] | None) -> int:
+    failed = []
+    for run in select(study, only):
+        if completed(kept_dir(study, run)):
+            continue
+        run_dir = os.path.join(os.path.abspath(runs_dir), study, run.name)
+        print(f"[{study}] {run.name}: {' '.join(run.command(run_dir))}", flush=True)
+        code = subprocess.call(run.command(run_dir), cwd=ROOT)
+        if code == 0 and completed(run_dir):
+            keep(run_dir, kept_dir(study, run))
+            print(f"[{study}] {run.name}: kept in {os.path.relpath(kept_dir(study, run), ROOT)}", flush=True)
+        else:
+            failed.append(run.name)
+            print(f"[{study}] {run.name}: exit {code}, not kept", flush=True)
+    if failed:
+        print(f"error: {len(failed)} run(s) of {study} did not complete: {', '.join(failed)}; their output "
+              f"is under {runs_dir}. The same command continues them.", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def list_studies() -> int:
+    for study, (what, runs) in STUDIES.items():
+        done = [r.name for r in runs if completed(kept_dir(study, r))]
+        print(f"{study}: {what}\n  kept {len(done)} of {len(runs)}")
+        for r in runs:
+            print(f"  {'kept   ' if r.name in done else 'pending'} {r.name}")
+    return 0
+
+
+def aggregate_study(study: str, extra: list[str]) -> int:
+    runs = os.path.join(LEARNING, study, "runs")
+    return subprocess.call([sys.executable, "aggregate.py", runs, "--by", "implementation=tfrl",
+                            "--out", os.path.join(LEARNING, study), *extra], cwd=ROOT)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="every study and which of its runs are kept")
+    run = sub.add_parser("run", help="run a study's runs that are not kept yet, keeping each as it completes")
+    run.add_argument("study", choices=STUDIES)
+    run.add_argument("--runs-dir", required=True, help="where the runs' own dirs go (checkpoints included)")
+    run.add_argument("--only", nargs="+", metavar="NAME", help="only these runs (names as `list` prints them)")
+    agg = sub.add_parser("aggregate", help="aggregate.py over a study's kept runs, into benchmarks/learning/<study>/")
+    agg.add_argument("study", choices=STUDIES)
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "list":
+        return list_studies()
+    if args.command == "run":
+        return run_study(args.study, args.runs_dir, args.only)
+    return aggregate_study(args.study, extra)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
