@@ -64,7 +64,7 @@ class MRQ:
                  gumbel_tau: float = 10.0, pre_activ_weight: float = 1e-5, num_bins: int = 65,
                  lower: float = -10.0, upper: float = 10.0, reward_loss: str = "two_hot",
                  reward_scaling: bool = True, target_value: str = "min", value_loss: str = "huber",
-                 target_encoder: bool = True):
+                 target_encoder: bool = True, encoder_loss: str = "model"):
         if not isinstance(network, MRQNetworks):
             raise ValueError("agent=mrq builds its encoders, policy and value networks from network=mrq (its default); "
                              "leave the network group out of the command, or set network=mrq.")
@@ -106,6 +106,7 @@ class MRQ:
             checks.choice(value_loss, "value_loss", ("huber", "mse"), mrqs)]
         self.reward_scaling = checks.flag(reward_scaling, "reward_scaling")
         self.use_target_encoder = checks.flag(target_encoder, "target_encoder")
+        self.by_model = checks.choice(encoder_loss, "encoder_loss", ("model", "value"), mrqs) == "model"
 
         self._rng = rng
         self._tf_rng = tf.random.Generator.from_seed(tf_seed(rng))
@@ -125,7 +126,7 @@ class MRQ:
         self.value_target = copy_of(self.value, network.value("value_target"))
         self.encoder_optimizer = adamw(encoder_lr, encoder_wd)
         self.value_optimizer, self.policy_optimizer = adamw(value_lr, value_wd), adamw(policy_lr, policy_wd)
-        self.encoder_optimizer.build(self.encoder_next.trainable_variables)
+        self.encoder_optimizer.build(self.encoder_variables())
         self.value_optimizer.build(self.value.trainable_variables)
         self.policy_optimizer.build(self.policy_net.trainable_variables)
 
@@ -133,20 +134,28 @@ class MRQ:
         # LAP's replay is conf/agent/mrq.yaml's buffer; buffer=uniform is the author's prioritized=False
         self.needs = Needs(replay=TransitionsAndRuns(self.enc_horizon, self.q_horizon))
 
+    def encoder_variables(self) -> list:
+        """What the encoder's optimizer trains: the copy, by the model's losses; or with
+        encoder_loss=value ("No MR") the encoder in use's zs and zsa, by the value's loss."""
+        if self.by_model:
+            return self.encoder_next.trainable_variables
+        return self.encoder.zs.trainable_variables + self.encoder.zsa.trainable_variables
+
     # --- the update ---------------------------------------------------------------------------
     def update(self, inputs: RunsBatch) -> dict[str, tf.Tensor]:
         batch, runs = inputs.batch, inputs.runs
         self.updates.assign_add(1)
         tf.cond((self.updates - 1) % self.target_update_every == 0, lambda: self.copy_targets(inputs.reward_scale),
                 lambda: tf.constant(False))
-        encoder_loss, parts = self.encoder_update(runs, inputs.terminates)
+        metrics = {}
+        if self.by_model:
+            encoder_loss, parts = self.encoder_update(runs, inputs.terminates)
+            metrics = {"encoder_loss": encoder_loss, "dynamics_loss": parts["dynamics"], "reward_loss": parts["reward"],
+                       "done_loss": parts["done"]}
         value_loss, q, target = self.value_update(batch)
         policy_loss = self.policy_update(batch.obs)
         return {
-            "encoder_loss": encoder_loss,
-            "dynamics_loss": parts["dynamics"],
-            "reward_loss": parts["reward"],
-            "done_loss": parts["done"],
+            **metrics,
             "value_loss": value_loss,
             "policy_loss": policy_loss,
             "q": tf.reduce_mean(q),
@@ -159,8 +168,8 @@ class MRQ:
         """Every target_update_every updates (the first included): the targets become copies of the
         networks, the encoder the trained copy, and the reward scale the buffer's mean |reward|, the
         target's the one it replaces."""
-        for target, online in ((self.policy_target, self.policy_net), (self.value_target, self.value),
-                               (self.encoder_target, self.encoder), (self.encoder, self.encoder_next)):
+        pairs = [(self.policy_target, self.policy_net), (self.value_target, self.value), (self.encoder_target, self.encoder)]
+        for target, online in pairs + ([(self.encoder, self.encoder_next)] if self.by_model else []):
             for t, o in zip(target.weights, online.weights, strict=True):
                 t.assign(o)
         if self.reward_scaling:
@@ -213,14 +222,19 @@ class MRQ:
                                           self.target_reward_scale)
 
     def value_update(self, batch) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """The value's loss on the encoder in use's zsa; with encoder_loss=value ("No MR") the
+        encoder trains through it too, with its own optimizer (the value's gradients alone clipped)."""
         target = self.value_target_of(batch)
-        zsa = tf.stop_gradient(self.encoder.embed(self.encoder.zs(batch.obs), self.action_input(batch.action)))
-        variables = self.value.trainable_variables
+        variables, encoder_variables = self.value.trainable_variables, [] if self.by_model else self.encoder_variables()
         with tf.GradientTape() as tape:
-            q = self.value(zsa)
+            zsa = self.encoder.embed(self.encoder.zs(batch.obs), self.action_input(batch.action))
+            q = self.value(zsa if encoder_variables else tf.stop_gradient(zsa))
             loss = self.value_loss(q, target[:, None], batch.weight[:, None])  # weights: ones but for buffer=prioritized
-        grads, _ = tf.clip_by_global_norm(tape.gradient(loss, variables), self.value_grad_clip)
-        self.value_optimizer.apply_gradients(zip(grads, variables))
+        grads = tape.gradient(loss, variables + encoder_variables)
+        clipped, _ = tf.clip_by_global_norm(grads[:len(variables)], self.value_grad_clip)
+        self.value_optimizer.apply_gradients(zip(clipped, variables))
+        if encoder_variables:
+            self.encoder_optimizer.apply_gradients(zip(grads[len(variables):], encoder_variables))
         return loss, q, target
 
     def policy_update(self, obs: tf.Tensor) -> tf.Tensor:

@@ -63,6 +63,12 @@ STUDIES: dict[str, tuple[str, list[Run]]] = {
         grid(["tfrl", "sb3"], "dqn",
              [(game, ["env=minatar", f"env.game={game}"]) for game in ("breakout", "space_invaders")],
              range(3), ["total_steps=500000", "eval_every=25000"])),
+    "atari_dqn": (
+        "DQN on Breakout, tfrl against SB3 (the RL Zoo's settings, conf/tuned/dqn_atari.yaml), at a budget a CPU "
+        "fits: 150k env steps (600k frames), learning from 20k, epsilon 1 -> 0.01 over the next 100k",
+        grid(["tfrl", "sb3"], "dqn", [("breakout", ["env=atari", "env.game=Breakout"])], range(3),
+             ["total_steps=150000", "learning_starts=20000", "agent.eps_start=1.0", "agent.eps_decay_steps=100000",
+              "eval_every=25000"])),
     "dmc_sac_td7": (
         "SAC (tfrl and SB3) and TD7 (tfrl) on two DMC tasks from states, 100k steps",
         grid(["tfrl", "sb3"], "sac", DMC_TASKS, range(3), ["total_steps=100000"])

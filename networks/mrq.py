@@ -80,7 +80,8 @@ class MRQNetworks:
 
     def __init__(self, zs_dim: int = 512, za_dim: int = 256, zsa_dim: int = 512, encoder_hidden: int = 512,
                  value_hidden: int = 512, policy_hidden: int = 512, encoder_activation: str = "elu",
-                 value_activation: str = "elu", policy_activation: str = "relu", linear_value: bool = False):
+                 value_activation: str = "elu", policy_activation: str = "relu", linear_value: bool = False,
+                 linear_model: bool = True):
         self.zs_dim, self.za_dim, self.zsa_dim = _width(zs_dim, "zs_dim"), _width(za_dim, "za_dim"), _width(zsa_dim, "zsa_dim")
         self.encoder_hidden = _width(encoder_hidden, "encoder_hidden")
         self.value_hidden, self.policy_hidden = _width(value_hidden, "value_hidden"), _width(policy_hidden, "policy_hidden")
@@ -90,9 +91,10 @@ class MRQNetworks:
                 raise ValueError(f"network.{key} must be one of {', '.join(ACTIVATIONS)}, got {value!r}")
         self.encoder_activation, self.value_activation = encoder_activation, value_activation
         self.policy_activation = policy_activation
-        if not isinstance(linear_value, bool):
-            raise ValueError(f"network.linear_value must be true or false, got {linear_value!r}")
-        self.linear_value = linear_value
+        for key, value in (("linear_value", linear_value), ("linear_model", linear_model)):
+            if not isinstance(value, bool):
+                raise ValueError(f"network.{key} must be true or false, got {value!r}")
+        self.linear_value, self.linear_model = linear_value, linear_model
 
     def __call__(self, *args, name: str = "network", **kwargs):
         raise ValueError(
@@ -139,8 +141,15 @@ class MRQNetworks:
                            name=name)
 
     def _model(self, num_bins: int, name: str) -> keras.Model:
+        """zsa -> [done, next zs, reward logits]: one linear layer, or without `linear_model` an MLP
+        per part (the design study's "Non-linear model"; the author's BaseMLP, as the encoders')."""
         zsa = keras.Input((self.zsa_dim,), name=f"{name}_zsa")
-        out = keras.layers.Dense(1 + self.zs_dim + num_bins, name=f"{name}_out", **_init())(zsa)
+        if self.linear_model:
+            out = keras.layers.Dense(1 + self.zs_dim + num_bins, name=f"{name}_out", **_init())(zsa)
+        else:
+            out = keras.layers.Concatenate(name=f"{name}_out")(
+                [_mlp(zsa, width, self.encoder_hidden, self.encoder_activation, f"{name}_{part}")
+                 for part, width in (("done", 1), ("zs", self.zs_dim), ("reward", num_bins))])
         return keras.Model(zsa, out, name=name)
 
     def policy(self, action_dim: int, name: str) -> keras.Model:

@@ -241,9 +241,40 @@ def test_the_encoder_update_trains_the_copy_against_the_encoder_in_use(target_en
         assert np.abs(adamw_step(copy[kernel], held_grads[kernel].numpy()) - variables[kernel].numpy()).max() > 1e-5
 
 
+def test_without_the_model_the_encoder_trains_through_the_value_loss():
+    """encoder_loss=value (the design study's "No MR"): no model loss; the encoder in use takes the
+    value loss's gradient (its first AdamW step is the one of that gradient), its copy is untouched,
+    and the target copies leave the encoder in use as trained."""
+    from helpers import compiled
+
+    agent, rng = mrq(target_noise=0.0, encoder_loss="value", target_update_every=2), np.random.default_rng(8)
+    inputs = runs_batch(rng, agent, 1.0)
+    batch = tf.nest.map_structure(lambda x: tf.constant(x[0]), inputs).batch
+    encoder, copy = weights(agent.encoder), weights(agent.encoder_next)
+    variables = agent.encoder.zs.trainable_variables
+    agent.copy_targets(tf.constant(1.0))  # as the first update does, so that the target below is its
+    target = agent.value_target_of(batch)
+    with tf.GradientTape() as tape:
+        zsa = agent.encoder.embed(agent.encoder.zs(batch.obs), agent.box.to_unit(batch.action))
+        expected = losses.huber(agent.value(zsa), target[:, None])
+    kernel = tape.gradient(expected, variables)[0].numpy()
+    learner = compiled(agent)
+    metrics = learner.update(inputs)
+    assert "encoder_loss" not in metrics
+    np.testing.assert_allclose(metrics["value_loss"], expected, rtol=1e-5)
+    step = encoder[0] - 1e-4 * 1e-4 * encoder[0] - 1e-4 * kernel / (np.abs(kernel) + 1e-8 / np.sqrt(1 - 0.999))
+    np.testing.assert_allclose(variables[0].numpy(), step, atol=1e-9)
+    assert same(weights(agent.encoder_next), copy)
+    trained = weights(agent.encoder)
+    learner.update(runs_batch(rng, agent, 1.0))
+    learner.update(runs_batch(rng, agent, 1.0))  # the second copy of the targets: the encoder in use is kept
+    assert not same(weights(agent.encoder), trained) and not same(weights(agent.encoder), copy)
+
+
 def test_the_design_studys_switches_of_the_networks():
     """reward_loss=mse gives the model one reward output and trains with it; network.linear_value
-    makes each value head zsa . w + b (the design study's "MSE reward loss" and "Linear value function")."""
+    makes each value head zsa . w + b; network.linear_model=false an MLP per predicted part (the
+    design study's "MSE reward loss", "Linear value function" and "Non-linear model")."""
     from helpers import compiled
     from networks.mrq import MRQNetworks
 
@@ -257,6 +288,21 @@ def test_the_design_studys_switches_of_the_networks():
                 for k in (1, 2)]
     np.testing.assert_allclose(value(zsa), np.concatenate(expected, axis=1), rtol=1e-5, atol=1e-6)
     assert len(value.trainable_variables) == 4
+
+    # network.linear_model=false ("Non-linear model"): [done, next zs, reward] each from its own MLP
+    model = MRQNetworks(**TINY_NET, linear_model=False).encoder((OBS,), 2, 5, "e").model
+
+    def layer(x, name):
+        return x @ model.get_layer(name).kernel.numpy() + model.get_layer(name).bias.numpy()
+
+    def elu_ln(x):
+        x = (x - x.mean(axis=1, keepdims=True)) / np.sqrt(x.var(axis=1, keepdims=True) + 1e-5)
+        return np.where(x > 0, x, np.expm1(x))
+
+    parts = [layer(elu_ln(layer(elu_ln(layer(zsa, f"e_model_{p}_l1")), f"e_model_{p}_l2")), f"e_model_{p}_out")
+             for p in ("done", "zs", "reward")]
+    assert [x.shape[1] for x in parts] == [1, TINY_NET["zs_dim"], 5]
+    np.testing.assert_allclose(model(zsa), np.concatenate(parts, axis=1), rtol=1e-4, atol=1e-5)
 
 
 def test_discrete_evaluation_samples_the_policy_softmax():
