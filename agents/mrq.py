@@ -107,6 +107,12 @@ class MRQ:
         self.reward_scaling = checks.flag(reward_scaling, "reward_scaling")
         self.use_target_encoder = checks.flag(target_encoder, "target_encoder")
         self.by_model = checks.choice(encoder_loss, "encoder_loss", ("model", "value"), mrqs) == "model"
+        idle = [key for key, on in (("agent.target_encoder=false", not self.use_target_encoder),
+                                    ("agent.reward_loss=mse", reward_loss == "mse"),
+                                    ("network.linear_model=false", not network.linear_model)) if on]
+        if not self.by_model and idle:
+            raise ValueError(f"{', '.join(idle)} changes the encoder's model, which agent.encoder_loss=value (the "
+                             f"design study's No MR) does not train; leave it out, or set agent.encoder_loss=model.")
 
         self._rng = rng
         self._tf_rng = tf.random.Generator.from_seed(tf_seed(rng))
@@ -116,7 +122,7 @@ class MRQ:
                                                name="target_reward_scale")
 
         o, a = self.obs_shape, self.action_dim
-        bins = self.num_bins if reward_loss == "two_hot" else 1  # the reward head's outputs
+        bins = self.num_bins if self.reward_loss is losses.two_hot_cross_entropy else 1  # the reward head's outputs
         self.encoder_next = network.encoder(o, a, bins, "encoder_next")  # trained every update
         self.encoder = network.encoder(o, a, bins, "encoder", like=self.encoder_next)  # what value and policy use
         self.encoder_target = network.encoder(o, a, bins, "encoder_target", like=self.encoder_next)

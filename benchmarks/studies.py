@@ -10,7 +10,10 @@ several machines and its table and plots rebuilt from the repo alone.
     uv run python benchmarks/studies.py aggregate minatar_dqn     # -> benchmarks/learning/minatar_dqn/
 
 `run` runs the runs not yet kept, in the order listed (a run's command has `resume=auto`: stopped
-and started again on the same machine, it continues from its last checkpoint). SB3's runs need its
+and started again on the same machine, it continues from its last checkpoint). A run is kept when
+it completes or diverges (a diverged run is a result); a kept run whose recorded overrides are not
+the study's declared ones (its budget changed) counts as pending. `aggregate` passes any further
+arguments to aggregate.py (`--last 5`). SB3's runs need its
 venv (`bash benchmarks/setup_sb3.sh`). Each run uses one thread on each side, so two `run`s with
 disjoint `--only` lists fill a two-core machine.
 """
@@ -28,6 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LEARNING = os.path.join(ROOT, "benchmarks", "learning")
 SB3_PYTHON = os.path.join(ROOT, "benchmarks", ".venv-sb3", "bin", "python")
 RECORD = ("eval.csv", "summary.json")  # with .hydra/: what analysis/runs.py reads of a run
+DIVERGED = 3  # train.py's exit code for a run stopped on a non-finite loss: its summary is a result
 
 ONE_THREAD = {"tfrl": ["speed.threads.inter_op=1", "speed.threads.intra_op=1", "speed.batch_shards=1"],
               "sb3": ["sb3.threads=1"]}
@@ -80,6 +84,20 @@ def kept_dir(study: str, run: Run) -> str:
     return os.path.join(LEARNING, study, "runs", run.name)
 
 
+def is_kept(study: str, run: Run) -> bool:
+    """Kept, complete, and run with the overrides the study declares today (a study whose budget
+    changed runs its runs again)."""
+    path = kept_dir(study, run)
+    if not completed(path):
+        return False
+    try:
+        with open(os.path.join(path, ".hydra", "overrides.yaml")) as f:
+            recorded = {line[2:].strip() for line in f if line.startswith("- ")}
+    except OSError:
+        return False
+    return set(run.overrides) <= recorded
+
+
 def completed(run_dir: str) -> bool:
     """A run that wrote its summary without being stopped: finished, or diverged (a result too)."""
     try:
@@ -90,14 +108,19 @@ def completed(run_dir: str) -> bool:
 
 
 def keep(run_dir: str, dest: str) -> None:
-    """Copy a completed run's record into the repo (into a temp dir first, so a kept run is whole)."""
-    tmp = dest + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    """Copy a completed run's record into the repo: into a hidden temp dir first (aggregate.py
+    skips dot dirs), so a kept run is whole and an interrupted copy is never read as a run."""
+    parent, name = os.path.split(dest)
+    tmp, old = os.path.join(parent, f".{name}.tmp"), os.path.join(parent, f".{name}.old")
+    for path in (tmp, old):
+        shutil.rmtree(path, ignore_errors=True)
     shutil.copytree(os.path.join(run_dir, ".hydra"), os.path.join(tmp, ".hydra"))
-    for name in RECORD:
-        shutil.copy2(os.path.join(run_dir, name), tmp)
-    shutil.rmtree(dest, ignore_errors=True)
+    for record in RECORD:
+        shutil.copy2(os.path.join(run_dir, record), tmp)
+    if os.path.exists(dest):
+        os.replace(dest, old)
     os.replace(tmp, dest)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def select(study: str, only: list[str] | None) -> list[Run]:
@@ -112,12 +135,14 @@ def select(study: str, only: list[str] | None) -> list[Run]:
 def run_study(study: str, runs_dir: str, only: list[str] | None) -> int:
     failed = []
     for run in select(study, only):
-        if completed(kept_dir(study, run)):
+        if is_kept(study, run):
             continue
         run_dir = os.path.join(os.path.abspath(runs_dir), study, run.name)
-        print(f"[{study}] {run.name}: {' '.join(run.command(run_dir))}", flush=True)
-        code = subprocess.call(run.command(run_dir), cwd=ROOT)
-        if code == 0 and completed(run_dir):
+        code = 0
+        if not completed(run_dir):  # one that completed here but was not kept is kept, not run again
+            print(f"[{study}] {run.name}: {' '.join(run.command(run_dir))}", flush=True)
+            code = subprocess.call(run.command(run_dir), cwd=ROOT)
+        if code in (0, DIVERGED) and completed(run_dir):
             keep(run_dir, kept_dir(study, run))
             print(f"[{study}] {run.name}: kept in {os.path.relpath(kept_dir(study, run), ROOT)}", flush=True)
         else:
@@ -131,7 +156,7 @@ def run_study(study: str, runs_dir: str, only: list[str] | None) -> int:
 
 def list_studies() -> int:
     for study, (what, runs) in STUDIES.items():
-        done = [r.name for r in runs if completed(kept_dir(study, r))]
+        done = [r.name for r in runs if is_kept(study, r)]
         print(f"{study}: {what}\n  kept {len(done)} of {len(runs)}")
         for r in runs:
             print(f"  {'kept   ' if r.name in done else 'pending'} {r.name}")
@@ -155,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     agg = sub.add_parser("aggregate", help="aggregate.py over a study's kept runs, into benchmarks/learning/<study>/")
     agg.add_argument("study", choices=STUDIES)
     args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "aggregate":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "list":
         return list_studies()
     if args.command == "run":

@@ -326,25 +326,34 @@ def test_every_run_of_every_study_composes(make_cfg):
             assert cfg.total_steps > 0, run.name
 
 
-def test_a_study_keeps_a_completed_run_whole_and_aggregate_reads_the_kept_copy(tmp_path, capsys):
-    """What `studies.py run` keeps of a run is all aggregate.py needs; a stopped run is not kept."""
+def test_a_study_keeps_a_completed_run_whole_and_aggregate_reads_the_kept_copy(tmp_path, capsys, monkeypatch):
+    """What `studies.py run` keeps of a run is all aggregate.py needs; a kept run counts only with
+    the overrides its study declares; a stopped run is not complete."""
     from helpers import InProcess
 
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import studies
 
-    from analysis.runs import load_run
+    from analysis.runs import find_run_dirs, load_run
 
+    overrides = ("agent=dqn", "env=cartpole", "total_steps=300", "learning_starts=100", "eval_every=150",
+                 "eval_episodes=1", "network.hidden=[8]")
     run_dir = tmp_path / "run"
-    InProcess(capsys).train(run_dir, "agent=dqn", "env=cartpole", "total_steps=300", "learning_starts=100",
-                            "eval_every=150", "eval_episodes=1", "network.hidden=[8]")
+    InProcess(capsys).train(run_dir, *overrides)
     assert studies.completed(str(run_dir))
-    kept = tmp_path / "kept" / "dqn_cartpole"
-    (tmp_path / "kept").mkdir()
-    studies.keep(str(run_dir), str(kept))
+    monkeypatch.setattr(studies, "LEARNING", str(tmp_path / "learning"))
+    run = studies.Run("tfrl_dqn_cartpole_s0", "tfrl", overrides)
+    kept = tmp_path / "learning" / "study" / "runs" / run.name
+    kept.parent.mkdir(parents=True)
+    for _ in range(2):  # the second time over the first copy
+        studies.keep(str(run_dir), str(kept))
     assert sorted(os.listdir(kept)) == [".hydra", "eval.csv", "summary.json"]
+    assert os.listdir(kept.parent) == [run.name]  # no temp dirs left beside it
     record = load_run(str(kept))
     assert record.final_step == 300 and record.steps.tolist() == [0, 150, 300]
+    assert find_run_dirs([str(kept.parent)])[0] == [str(kept)]
+    assert studies.is_kept("study", run)
+    assert not studies.is_kept("study", studies.Run(run.name, "tfrl", (*overrides[:2], "total_steps=600")))
     summary = json.loads((run_dir / "summary.json").read_text())
     (kept / "summary.json").write_text(json.dumps({**summary, "stopped": True}))
-    assert not studies.completed(str(kept))
+    assert not studies.completed(str(kept)) and not studies.is_kept("study", run)

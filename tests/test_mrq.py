@@ -135,6 +135,12 @@ def runs_batch(rng, agent, scale, n=16):
     return tf.nest.map_structure(lambda x: np.asarray(x)[None], one)
 
 
+def adamw_first_step(w, g, lr=1e-4, wd=1e-4, beta2=0.999, eps=1e-8):
+    """Keras AdamW's first step from weights w with gradient g: the decay, then Adam's step."""
+    w = w - lr * wd * w
+    return w - lr * g / (np.abs(g) + eps / np.sqrt(1 - beta2))
+
+
 def weights(model):
     return [w.numpy().copy() for w in model.weights]
 
@@ -231,14 +237,10 @@ def test_the_encoder_update_trains_the_copy_against_the_encoder_in_use(target_en
     assert same(weights(agent.encoder), in_use) and same(weights(agent.value), value)
     assert not same(weights(agent.encoder_next), copy)
 
-    def adamw_step(w, g, lr=1e-4, wd=1e-4, beta2=0.999, eps=1e-8):  # Keras AdamW's first step: decay, then Adam
-        w = w - lr * wd * w
-        return w - lr * g / (np.abs(g) + eps / np.sqrt(1 - beta2))
-
     kernel = [i for i, v in enumerate(variables) if v.path == agent.encoder_next.zs.weights[0].path][0]
-    np.testing.assert_allclose(variables[kernel].numpy(), adamw_step(copy[kernel], whole[kernel].numpy()), atol=1e-9)
+    np.testing.assert_allclose(variables[kernel].numpy(), adamw_first_step(copy[kernel], whole[kernel].numpy()), atol=1e-9)
     if not target_encoder:  # the targets' gradients changed the step
-        assert np.abs(adamw_step(copy[kernel], held_grads[kernel].numpy()) - variables[kernel].numpy()).max() > 1e-5
+        assert np.abs(adamw_first_step(copy[kernel], held_grads[kernel].numpy()) - variables[kernel].numpy()).max() > 1e-5
 
 
 def test_without_the_model_the_encoder_trains_through_the_value_loss():
@@ -262,26 +264,30 @@ def test_without_the_model_the_encoder_trains_through_the_value_loss():
     metrics = learner.update(inputs)
     assert "encoder_loss" not in metrics
     np.testing.assert_allclose(metrics["value_loss"], expected, rtol=1e-5)
-    step = encoder[0] - 1e-4 * 1e-4 * encoder[0] - 1e-4 * kernel / (np.abs(kernel) + 1e-8 / np.sqrt(1 - 0.999))
-    np.testing.assert_allclose(variables[0].numpy(), step, atol=1e-9)
+    np.testing.assert_allclose(variables[0].numpy(), adamw_first_step(encoder[0], kernel), atol=1e-9)
     assert same(weights(agent.encoder_next), copy)
     trained = weights(agent.encoder)
-    learner.update(runs_batch(rng, agent, 1.0))
-    learner.update(runs_batch(rng, agent, 1.0))  # the second copy of the targets: the encoder in use is kept
-    assert not same(weights(agent.encoder), trained) and not same(weights(agent.encoder), copy)
+    agent.copy_targets(tf.constant(1.0))  # the encoder in use is kept as trained, and is the target's
+    assert same(weights(agent.encoder), trained) and same(weights(agent.encoder_target)[:len(trained)], trained)
 
 
 def test_the_design_studys_switches_of_the_networks():
-    """reward_loss=mse gives the model one reward output and trains with it; network.linear_value
-    makes each value head zsa . w + b; network.linear_model=false an MLP per predicted part (the
-    design study's "MSE reward loss", "Linear value function" and "Non-linear model")."""
-    from helpers import compiled
+    """reward_loss=mse gives the model one reward output whose loss is its squared error;
+    network.linear_value makes each value head zsa . w + b; network.linear_model=false an MLP per
+    predicted part (the design study's "MSE reward loss", "Linear value function" and "Non-linear model")."""
     from networks.mrq import MRQNetworks
 
-    learner = compiled(mrq(reward_loss="mse"))
-    assert learner.agent.encoder_next.model.outputs[0].shape[-1] == 1 + TINY_NET["zs_dim"] + 1
-    metrics = learner.update(runs_batch(np.random.default_rng(6), learner.agent, 1.0))
-    assert np.isfinite(float(metrics["reward_loss"]))
+    agent = mrq(reward_loss="mse")
+    assert agent.encoder_next.model.outputs[0].shape[-1] == 1 + TINY_NET["zs_dim"] + 1
+    inputs = tf.nest.map_structure(lambda x: tf.constant(x[0]), runs_batch(np.random.default_rng(6), agent, 1.0))
+    runs, alive, expected = inputs.runs, np.ones(16), 0.0
+    zs = agent.encoder_next.zs(runs.obs)
+    for i in range(3):  # the reward head's one output, squared error, masked after a termination
+        _, zs, reward = agent.encoder_next.predict(zs, agent.box.to_unit(runs.action[:, i]))
+        expected += np.mean((reward.numpy()[:, 0] - runs.reward.numpy()[:, i]) ** 2 * alive)
+        alive = alive * (1 - runs.terminated.numpy()[:, i])
+    _, parts = agent.encoder_update(runs, inputs.terminates)
+    np.testing.assert_allclose(parts["reward"], expected, rtol=1e-5)
     value = MRQNetworks(**TINY_NET, linear_value=True).value("v")
     zsa = np.random.default_rng(7).normal(size=(4, TINY_NET["zsa_dim"])).astype(np.float32)
     expected = [zsa @ value.get_layer(f"v_q{k}_value").kernel.numpy() + value.get_layer(f"v_q{k}_value").bias.numpy()

@@ -175,6 +175,8 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
             (["agent.reward_scaling=maybe"], "agent.reward_scaling must be true or false, got 'maybe'"),
             (["network.linear_value=yes"], "network.linear_value must be true or false, got 'yes'"),
             (["agent.encoder_loss=both"], "agent.encoder_loss must be one of model, value (the first is MR.Q's)"),
+            (["agent.encoder_loss=value", "network.linear_model=false"],
+             "network.linear_model=false changes the encoder's model, which agent.encoder_loss=value"),
         ]),
         *((["agent=ga", "env=cartpole", "agent.population=8", "network.hidden=[8]", *override], message)
           for override, message in [
