@@ -170,7 +170,7 @@ def aggregate_study(study: str, extra: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="every study and which of its runs are kept")
     run = sub.add_parser("run", help="run a study's runs that are not kept yet, keeping each as it completes")
