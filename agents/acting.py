@@ -28,7 +28,8 @@ class Forward:
         self.obs_dtype = tf.as_dtype(network.inputs[0].dtype)  # float32 vectors; uint8 images
         self._np_dtype = self.obs_dtype.as_numpy_dtype
         self._tf_call = tf.function(lambda obs: network(obs, training=False),
-                                    input_signature=[tf.TensorSpec([None, *network.input_shape[1:]], self.obs_dtype)])
+                                    input_signature=[tf.TensorSpec([None, *network.input_shape[1:]], self.obs_dtype)],
+                                    autograph=False)
         self.use_numpy(numpy)
 
     def use_numpy(self, numpy: bool) -> None:

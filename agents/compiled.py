@@ -25,11 +25,15 @@ COMPILE_MODES = ("eager", "graph", "xla")
 
 def compile_fn(fn: Callable, input_signature: list, mode: str) -> Callable:
     """`fn` for the chosen execution mode: eager (plain Python), graph (tf.function) or xla
-    (tf.function with jit_compile). A fixed input_signature means one trace per run."""
+    (tf.function with jit_compile). A fixed input_signature means one trace per run. Without
+    autograph: the updates branch and loop with tf.cond and tf.while_loop, so converting their
+    Python source on every trace (a second or more of each first update) buys nothing, and a Python
+    `if` on a tensor fails at the trace instead of being converted quietly."""
     if mode == "eager":
         return lambda *args: fn(*tf.nest.map_structure(tf.convert_to_tensor, args))
     if mode in ("graph", "xla"):
-        return ConcreteCall(tf.function(fn, input_signature=input_signature, jit_compile=mode == "xla"))
+        return ConcreteCall(tf.function(fn, input_signature=input_signature, jit_compile=mode == "xla",
+                                        autograph=False))
     raise ValueError(f"compile must be one of {COMPILE_MODES}, got {mode!r}")
 
 
@@ -104,7 +108,8 @@ class CompiledAgent:
         self.signature = self.replay.signature(agent.obs_shape, agent.action_spec, agent.acting.obs_dtype)
         # one update as the step's loop body runs it: XLA-compiled in xla mode, so that the env steps
         # driven from inside a graph call (training.driven) get the fused update too
-        self._body = (tf.function(self._update_in_context, input_signature=[self.signature], jit_compile=True)
+        self._body = (tf.function(self._update_in_context, input_signature=[self.signature], jit_compile=True,
+                                  autograph=False)
                       if compile == "xla" else self._update_in_context)
         self._metric_spec = None
         self._update_one = compile_fn(lambda b: self._with_weights(self._update_in_context(b)), [self.signature], compile)
@@ -191,7 +196,7 @@ class CompiledAgent:
         if self._metric_spec is None:
             fn = self._update_one
             if not hasattr(fn, "get_concrete_function"):  # eager: trace a throwaway graph, never run
-                fn = tf.function(self._update_in_context, input_signature=[self.signature])
+                fn = tf.function(self._update_in_context, input_signature=[self.signature], autograph=False)
                 self._metric_spec = fn.get_concrete_function().structured_outputs
             else:
                 self._metric_spec = fn.get_concrete_function().structured_outputs[0]

@@ -37,7 +37,7 @@ class GraphDriver:
     def __init__(self, learner: Learner):
         self.learner = learner
         self._signature = stacked(learner.signature)
-        self._fn = tf.function(self._drive, input_signature=[])
+        self._fn = tf.function(self._drive, input_signature=[], autograph=False)
         self._no_batches = tf.nest.map_structure(lambda s: np.zeros([d or 0 for d in s.shape], s.dtype.as_numpy_dtype),
                                                  self._signature)
         self._source: Source | None = None

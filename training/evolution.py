@@ -128,7 +128,7 @@ def generation_in_graph(population_act: Callable, step: Callable, state_dim: int
         return returns / tf.cast(episodes, tf.float64), steps, vector_steps
 
     compiled = tf.function(generation, input_signature=[tf.TensorSpec([None, state_dim], tf.float64)],
-                           jit_compile=jit_compile)
+                           jit_compile=jit_compile, autograph=False)
     return compiled
 
 
