@@ -106,11 +106,12 @@ class CompiledAgent:
             forward.use_numpy(numpy_acting)
         self.replay = agent.needs.replay
         self.signature = self.replay.signature(agent.obs_shape, agent.action_spec, agent.acting.obs_dtype)
-        # one update as the step's loop body runs it: XLA-compiled in xla mode, so that the env steps
-        # driven from inside a graph call (training.driven) get the fused update too
-        self._body = (tf.function(self._update_in_context, input_signature=[self.signature], jit_compile=True,
-                                  autograph=False)
-                      if compile == "xla" else self._update_in_context)
+        # one update as the loops over updates (K fused, the env steps driven from inside a graph
+        # call: training.driven) call it: traced once, that trace also giving `metric_zeros` its
+        # structure; XLA-compiled in xla mode, so that the driven steps get the fused update too
+        self._body = (self._update_in_context if compile == "eager" else
+                      tf.function(self._update_in_context, input_signature=[self.signature],
+                                  jit_compile=compile == "xla", autograph=False))
         self._metric_spec = None
         self._update_one = compile_fn(lambda b: self._with_weights(self._update_in_context(b)), [self.signature], compile)
         self._update_many = compile_fn(lambda bs: self._with_weights(self.step(bs, self.metric_zeros())),
@@ -194,12 +195,10 @@ class CompiledAgent:
     def metric_zeros(self) -> dict[str, tf.Tensor]:
         """Zeros shaped like one update's metrics: the starting value of a loop over updates."""
         if self._metric_spec is None:
-            fn = self._update_one
-            if not hasattr(fn, "get_concrete_function"):  # eager: trace a throwaway graph, never run
+            fn = self._body  # eager: a throwaway graph, traced, never run
+            if not hasattr(fn, "get_concrete_function"):
                 fn = tf.function(self._update_in_context, input_signature=[self.signature], autograph=False)
-                self._metric_spec = fn.get_concrete_function().structured_outputs
-            else:
-                self._metric_spec = fn.get_concrete_function().structured_outputs[0]
+            self._metric_spec = fn.get_concrete_function().structured_outputs
         return {k: tf.zeros([d or 0 for d in v.shape], v.dtype) for k, v in self._metric_spec.items()}
 
     # --- introspection --------------------------------------------------------------------
