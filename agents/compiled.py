@@ -109,9 +109,7 @@ class CompiledAgent:
         # one update as the loops over updates (K fused, the env steps driven from inside a graph
         # call: training.driven) call it: traced once, that trace also giving `metric_zeros` its
         # structure; XLA-compiled in xla mode, so that the driven steps get the fused update too
-        self._body = (self._update_in_context if compile == "eager" else
-                      tf.function(self._update_in_context, input_signature=[self.signature],
-                                  jit_compile=compile == "xla", autograph=False))
+        self._body = self._update_in_context if compile == "eager" else self._traced_update(compile == "xla")
         self._metric_spec = None
         self._update_one = compile_fn(lambda b: self._with_weights(self._update_in_context(b)), [self.signature], compile)
         self._update_many = compile_fn(lambda bs: self._with_weights(self.step(bs, self.metric_zeros())),
@@ -173,6 +171,11 @@ class CompiledAgent:
         with matmul_precision(self.update_precision), batch_shards(self.batch_shards):
             return self.agent.update(batch)
 
+    def _traced_update(self, jit_compile: bool = False):
+        """One update as a tf.function of the batch's signature (autograph off: see `compile_fn`)."""
+        return tf.function(self._update_in_context, input_signature=[self.signature], jit_compile=jit_compile,
+                           autograph=False)
+
     def _with_weights(self, metrics: dict) -> tuple[dict, tf.Tensor]:
         return metrics, self.acting_weights()
 
@@ -195,9 +198,8 @@ class CompiledAgent:
     def metric_zeros(self) -> dict[str, tf.Tensor]:
         """Zeros shaped like one update's metrics: the starting value of a loop over updates."""
         if self._metric_spec is None:
-            fn = self._body  # eager: a throwaway graph, traced, never run
-            if not hasattr(fn, "get_concrete_function"):
-                fn = tf.function(self._update_in_context, input_signature=[self.signature], autograph=False)
+            # eager: a throwaway trace, never run
+            fn = self._body if hasattr(self._body, "get_concrete_function") else self._traced_update()
             self._metric_spec = fn.get_concrete_function().structured_outputs
         return {k: tf.zeros([d or 0 for d in v.shape], v.dtype) for k, v in self._metric_spec.items()}
 
