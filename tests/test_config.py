@@ -102,9 +102,10 @@ def test_groups_have_the_expected_options():
 
 @pytest.mark.parametrize("agent,network,buffer,env", list(combinations()))
 def test_every_combination_composes_and_instantiates(make_cfg, agent, network, buffer, env):
+    # MR.Q's model unrolled 2 steps, not 5: its trace is most of such a run's cost
     extra = {"ga": ["agent.population=3"],
-             "mrq": [f"network.{k}=16" for k in ("zs_dim", "za_dim", "zsa_dim", "encoder_hidden", "value_hidden",
-                                                  "policy_hidden")]}.get(agent, [])
+             "mrq": ["agent.enc_horizon=2", *(f"network.{k}=16" for k in ("zs_dim", "za_dim", "zsa_dim", "encoder_hidden",
+                                                                             "value_hidden", "policy_hidden"))]}.get(agent, [])
     cfg = make_cfg(f"agent={agent}", f"network={network}", f"buffer={buffer}", f"env={env}", "buffer.capacity=1000",
                    "batch_size=4", *extra)
     OmegaConf.resolve(cfg)
@@ -125,7 +126,7 @@ def test_every_combination_composes_and_instantiates(make_cfg, agent, network, b
     try:
         obs, _ = run.envs.reset(seed=0)
         space = run.envs.single_action_space
-        for _ in range(8):  # MR.Q samples runs of 5 steps
+        for _ in range(8):  # MR.Q samples runs of max(enc_horizon, q_horizon) steps
             action = run.learner.act(obs, explore=True)
             assert run.envs.action_space.contains(action.astype(run.envs.action_space.dtype))
             next_obs, reward, term, trunc, _ = run.envs.step(action)

@@ -142,14 +142,14 @@ def dmc_train(run_dir, kind, *overrides):
 
 @pytest.mark.parametrize("kind", sorted(DMC_RUNS))
 def test_continuous_agents_on_dmc_resume_bit_exact_and_evaluate_with_video(kind, tmp_path):
-    """A run extended from its checkpoint at 250 steps (mid-episode: they are 100 steps) ends where
-    the uninterrupted 500-step run does (from pixels: the frames in replay, the shift's generator);
+    """A run extended from its checkpoint at 150 steps (mid-episode: they are 100 steps) ends where
+    the uninterrupted 300-step run does (from pixels: the frames in replay, the shift's generator);
     then evaluate.py plays it with a video and exports it."""
-    (whole, extended), _ = extended_run_ends_as_the_whole(lambda d, *o: dmc_train(d, kind, *o), tmp_path, 500)
+    (whole, extended), _ = extended_run_ends_as_the_whole(lambda d, *o: dmc_train(d, kind, *o), tmp_path, 300)
     assert json.loads((whole / "summary.json").read_text())["env"] == "dmc-cartpole-balance"  # env.label
     whole_evals, extended_evals = ({r.split(",")[0]: r.split(",")[1] for r in (d / "eval.csv").read_text().splitlines()[1:]}
                                    for d in (whole, extended))
-    assert list(whole_evals) == ["0", "200", "400", "500"]  # the extended run evaluated at its end (250) too
+    assert list(whole_evals) == ["0", "200", "300"]  # the extended run evaluated at its end (150) too
     assert all(extended_evals[step] == ret for step, ret in whole_evals.items())
 
     proc = evaluate(f"run_dir={whole}", "episodes=1", "video=true", "video_episodes=1", "export=true")

@@ -90,8 +90,11 @@ def test_dqn_wins_every_static_gridworld_game(make_cfg):
 
 @pytest.mark.slow
 def test_dqn_wins_90_percent_of_random_gridworld_games(make_cfg):
+    """An update every 4 steps (SB3's train_freq) learns the random mode as the preset's one per step
+    does, at a quarter of the cost (seeds 0 and 1: 93.5% and 93.9% at 20k against 93.2% with every
+    step's update; the static mode needs every step's, below)."""
     cfg = make_cfg("agent=dqn", "env=gridworld", "env.mode=random", "total_steps=20000", "eval_every=20000",
-                   "eval_episodes=1000", "logger.progress=false")
+                   "eval_episodes=1000", "train_every=4", "updates_per_step=0.25", "logger.progress=false")
     summary = run_to_completion(cfg)
     assert summary["final_success_rate"] >= 0.90, summary
 
