@@ -12,7 +12,8 @@ discrete actions.
   the scale of its time, the online ones in today's (`losses.scaled_value_target`).
 - A deterministic policy on zs: tanh for continuous actions, the Gumbel-softmax for discrete ones,
   ascending the mean of both value heads, with a small penalty on its pre-activation.
-- LAP replay (buffer=lap, its largest priority never reset), targets (encoder, value, policy) copied
+- LAP replay (buffer=mrq: buffer=lap's code with the author's settings, its largest priority never
+  reset, where TD7's buffer=lap resets it at each target copy), targets (encoder, value, policy) copied
   every `target_update_every` updates, AdamW with the author's rates and weight decay.
 
 Where this differs from the author's code (say so in results):

@@ -238,3 +238,34 @@ def test_mean_absolute_reward_follows_the_rows_the_ring_holds():
     restored = UniformReplay(4, 1, 1, 0.9, np.random.default_rng(0))
     restored.load_state_dict(buf.state_dict())
     assert restored.mean_abs_reward() == 3.5 and restored.any_terminated()
+
+
+def test_a_termination_added_after_the_statistics_are_kept_is_counted():
+    """MR.Q learns to predict terminations from the first one the buffer holds: the flag, kept from
+    the rows stored when it was first read, follows every add after."""
+    buf = UniformReplay(8, 1, 1, 0.9, np.random.default_rng(0))
+    buf.add([[0]], [[0]], [1.0], [[0]], [False], [True])  # a time limit is not a termination
+    assert not buf.any_terminated()
+    buf.add([[0]], [[0]], [1.0], [[0]], [False], [False])
+    assert not buf.any_terminated()
+    buf.add([[0]], [[0]], [1.0], [[0]], [True], [False])
+    assert buf.any_terminated()
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_mrq_draws_carry_the_buffers_reward_scale_and_termination_flag(terminal):
+    """Each of the K updates a draw feeds gets the buffer's mean absolute reward and whether it holds
+    a termination: rewards 0..5 (env 0) and 10..15 (env 1), |r| averaging (15 + 75) / 12 = 7.5."""
+    from agents.replay import TransitionsAndRuns
+
+    buf = UniformReplay(64, 1, 1, 0.9, np.random.default_rng(0), n_step=2)
+    if terminal:
+        two_env_stream(buf)
+    else:
+        for t in range(6):
+            v = np.array([t, 10 + t], np.float32)
+            buf.add(v[:, None], -v[:, None], v, v[:, None] + 0.5, [False, False], [False, t == 2])
+    drawn = TransitionsAndRuns(horizon=3, n_step=2).draw(buf, 4, 2)
+    np.testing.assert_array_equal(drawn.reward_scale, [7.5, 7.5])
+    np.testing.assert_array_equal(drawn.terminates, [float(terminal)] * 2)
+    assert drawn.runs.reward.shape == (2, 4, 3) and drawn.batch.reward.shape == (2, 4)

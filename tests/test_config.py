@@ -149,6 +149,16 @@ def test_reference_settings_for_mujoco_and_small_tasks(make_cfg):
     assert make_cfg("env=ant", "total_steps=5000").total_steps == 5000  # the command line wins
 
 
+def test_mrq_replays_as_its_authors_lap_and_td7_resets_the_largest_priority(make_cfg):
+    """MR.Q's buffer (facebookresearch/MRQ, buffer.py and MRQ.py's hyper-parameters): LAP with alpha
+    0.4, priorities floored at 1, no importance weights, 3-step returns, and its largest priority
+    never reset, where TD7's is reset at every target update (every 250)."""
+    mrq, td7 = make_cfg("agent=mrq", "env=hopper").buffer, make_cfg("agent=td7", "buffer=lap", "env=hopper").buffer
+    assert mrq._target_ == td7._target_ == "buffers.prioritized.PrioritizedReplay"
+    assert (mrq.alpha, mrq.min_priority, mrq.importance_weights, mrq.n_step) == (0.4, 1.0, False, 3)
+    assert mrq.max_reset_every == 0 and td7.max_reset_every == 250
+
+
 def test_tuned_presets_apply_to_their_pair_only_and_yield_to_the_command_line(make_cfg):
     cartpole = make_cfg("agent=dqn", "env=cartpole")
     assert cartpole.batch_size == 64 and cartpole.train_every == 256 and cartpole.agent.target_update_every == 128

@@ -147,6 +147,22 @@ def test_frames_are_stored_once():
     assert buf._data.nbytes + buf.frames.step.nbytes + buf.frames.slot.nbytes < 0.01 * buf.frames.frames.nbytes
 
 
+def test_each_episode_in_the_ring_keeps_one_first_observation_and_gives_it_back():
+    """One env, episodes of 3 steps, 300 steps into a ring of 20: the rows of steps 280-299 hold
+    the starts of the episodes of steps 282, 285, ..., 297, so 6 first observations are kept, and
+    the slots of the 94 episodes overwritten before them were given back and reused."""
+    buf = UniformReplay(20, (H, W, 4 * C), 1, 0.9, np.random.default_rng(0), obs_dtype=np.uint8, frame_stack=4)
+    frame = lambda t: np.full((H, W, C), t % 251 + 1, np.uint8)  # noqa: E731
+    for t in range(300):
+        first = t - t % 3
+        history = [frame(first)] * 3 + [frame(i) for i in range(first, t + 2)]
+        obs, next_obs = np.concatenate(history[-5:-1], -1), np.concatenate(history[-4:], -1)
+        buf.add(obs[None], [[0.0]], [1.0], next_obs[None], [t % 3 == 2], [False])
+    kept = buf.frames.first_row[buf.frames.first_row >= 0]
+    np.testing.assert_array_equal(np.sort(kept), np.arange(282, 300, 3) % 20)
+    assert len(buf.frames.first_row) <= 16  # grown to 8, then by half at most once
+
+
 @pytest.mark.parametrize("shape,stack,problem", [((3, 2, 6), 4, "not 4 stacked frames"), ((8,), 0, "frame_stack")])
 def test_bad_frame_settings_are_named(shape, stack, problem):
     with pytest.raises(ValueError, match=problem):
