@@ -87,6 +87,25 @@ def test_dqn_first_update_by_hand(double):
     np.testing.assert_allclose(m["td_error"], np.abs(y - q), rtol=1e-5)
 
 
+@pytest.mark.parametrize("max_grad_norm", [None, 1e-10])
+def test_the_gradient_norm_clip_bounds_the_first_step(max_grad_norm):
+    """Adam's first step moves each weight by lr * g / (|g| + 1e-8 / sqrt(1 - 0.999)) (agents.base.adam):
+    about lr wherever |g| is far above 3.2e-7. Clipped to a global norm of 1e-10, no component of g
+    exceeds 1e-10, so no weight moves by more than lr * 1e-10 / 3.2e-7, a 3000th of lr."""
+    lr = 1e-3
+    agent = DQN(2, 3, tiny_q, np.random.default_rng(0), lr=lr, loss="mse", max_grad_norm=max_grad_norm)
+    before = [w.numpy().copy() for w in agent.q.trainable_variables]
+    agent.update(Batch(np.array([[1.0, 2.0], [3.0, 0.0]], np.float32), np.array([0, 2], np.int32),
+                       np.array([1.0, -1.0], np.float32), np.array([[2.0, 2.0], [0.0, 1.0]], np.float32),
+                       np.array([0.99, 0.0], np.float32), np.ones(2, np.float32)))
+    step = max(np.abs(w.numpy() - b).max() for w, b in zip(agent.q.trainable_variables, before))
+    eps = 1e-8 / np.sqrt(1 - 0.999)
+    if max_grad_norm is None:
+        assert step == pytest.approx(lr, rel=1e-3)
+    else:
+        assert step <= lr * max_grad_norm / (max_grad_norm + eps) * 1.01
+
+
 def batch(rng, n=16, obs_dim=4, n_actions=3):
     return Batch(rng.normal(size=(n, obs_dim)).astype(np.float32), rng.integers(0, n_actions, n).astype(np.int32),
                  rng.normal(size=n).astype(np.float32), rng.normal(size=(n, obs_dim)).astype(np.float32),
