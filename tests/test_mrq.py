@@ -211,16 +211,22 @@ def test_the_value_loss_is_the_huber_or_squared_error_of_both_heads(value_loss):
     np.testing.assert_allclose(loss, expected, rtol=1e-5)
 
 
-@pytest.mark.parametrize("target_encoder", [True, False])
-def test_the_encoder_update_trains_the_copy_against_the_encoder_in_use(target_encoder):
-    """The dynamics targets are the encoder in use's embeddings of the next states; with
-    target_encoder=false (the design study's "No target encoder"), the trained copy's own, and its
-    gradients flow through them too: its first AdamW step is the one of the whole gradient."""
-    agent, rng = mrq(target_encoder=target_encoder), np.random.default_rng(3)
+@pytest.mark.parametrize("target_encoder,terminates", [(True, 1.0), (True, 0.0), (False, 1.0)])
+def test_the_encoder_update_trains_the_copy_against_the_encoder_in_use(target_encoder, terminates):
+    """The dynamics targets are the encoder in use's embeddings of the next states (not the value's
+    target encoder, a copy older); with target_encoder=false (the design study's "No target
+    encoder"), the trained copy's own, and its gradients flow through them too: its first AdamW step
+    is the one of the whole gradient. The reward and done terms are weighed by their own weights
+    (distinct here), the done term's only once a stored transition has terminated."""
+    agent, rng = mrq(target_encoder=target_encoder, reward_weight=0.3, done_weight=0.7), np.random.default_rng(3)
     inputs = tf.nest.map_structure(lambda x: tf.constant(x[0]), runs_batch(rng, agent, 1.0))
+    inputs = inputs._replace(terminates=tf.constant(terminates))
     runs = inputs.runs
     in_use, value = weights(agent.encoder), weights(agent.value)
-    agent.encoder_next.zs.set_weights([w + 0.1 for w in agent.encoder_next.zs.get_weights()])  # not the encoder's
+    # the copy and the value's target encoder made to embed unlike the encoder in use (random changes:
+    # a constant added to every weight would not change a layer-normalized embedding)
+    for encoder in (agent.encoder_next, agent.encoder_target):
+        encoder.zs.set_weights([w + rng.normal(0, 0.2, w.shape) for w in encoder.zs.get_weights()])
     copy = weights(agent.encoder_next)
     targets_by = agent.encoder if target_encoder else agent.encoder_next
     variables = agent.encoder_next.trainable_variables
@@ -229,11 +235,16 @@ def test_the_encoder_update_trains_the_copy_against_the_encoder_in_use(target_en
         def model_loss(next_zs):
             return losses.model_rollout_loss(agent.encoder_next.predict, agent.encoder_next.zs(runs.obs),
                                              agent.box.to_unit(runs.action), next_zs, runs.reward, runs.terminated,
-                                             agent.bins, 1.0, 0.1, 0.1 * inputs.terminates)[0]
+                                             agent.bins, 1.0, 0.3, 0.7 * terminates)[0]
         expected, held = model_loss(next_zs), model_loss(tf.stop_gradient(next_zs))
     whole, held_grads = tape.gradient(expected, variables), tape.gradient(held, variables)
-    loss, _ = agent.encoder_update(runs, inputs.terminates)
+    zs_of = lambda encoder: encoder.zs(runs.next_obs[:, 0]).numpy()  # noqa: E731
+    assert np.abs(zs_of(agent.encoder) - zs_of(agent.encoder_target)).max() > 0.1
+    assert np.abs(zs_of(agent.encoder) - zs_of(agent.encoder_next)).max() > 0.1
+    loss, parts = agent.encoder_update(runs, inputs.terminates)
     np.testing.assert_allclose(loss, expected, rtol=1e-6)
+    np.testing.assert_allclose(loss, parts["dynamics"] + 0.3 * parts["reward"] + 0.7 * terminates * parts["done"],
+                               rtol=1e-6)
     assert same(weights(agent.encoder), in_use) and same(weights(agent.value), value)
     assert not same(weights(agent.encoder_next), copy)
 
@@ -325,6 +336,105 @@ def test_discrete_evaluation_samples_the_policy_softmax():
     freq = np.bincount(actions, minlength=3) / len(actions)
     np.testing.assert_allclose(freq, np.exp(pre) / np.exp(pre).sum(), atol=0.015)
     assert int(agent.policy(tf.constant(obs))[0]) == int(np.argmax(pre))  # export: the most likely action
+
+
+class FixedDraws:
+    """Stands in for the agent's tf.random.Generator: every normal draw is `normal` (broadcast to the
+    shape asked for), every uniform one `uniform` (e^-1 by default: Gumbel noise -log(-log u) of 0)."""
+
+    def __init__(self, normal=0.0, uniform=math.exp(-1.0)):
+        self._normal, self._uniform = normal, uniform
+
+    def normal(self, shape, **_):
+        return tf.broadcast_to(tf.constant(self._normal, tf.float32), shape)
+
+    def uniform(self, shape, **_):
+        return tf.fill(shape, tf.constant(self._uniform, tf.float32))
+
+
+def value_target_by_hand(agent, batch, noise=0.0):
+    """(R + discount * min over heads of Q'(zsa') * target scale) / scale, with zs' and zsa' from the
+    target encoder and a' = clip(tanh(pi'(zs')) + noise, -1, 1) (continuous actions)."""
+    next_zs = agent.encoder_target.zs(batch.next_obs)
+    next_action = np.clip(np.tanh(agent.policy_target(next_zs).numpy()) + noise, -1.0, 1.0).astype(np.float32)
+    next_q = agent.value_target(agent.encoder_target.embed(next_zs, tf.constant(next_action))).numpy().min(axis=1)
+    return ((batch.reward.numpy() + batch.discount.numpy() * next_q * agent.target_reward_scale.numpy())
+            / agent.reward_scale.numpy())
+
+
+@pytest.mark.parametrize("discrete,noises", [(False, (0.2, 0.2, 0.3)), (True, (0.1, 0.1, 0.15))])
+def test_discrete_actions_halve_the_noises(discrete, noises):
+    """The author halves the exploration noise, the target policy's noise and its clip for discrete
+    actions, which live in [0, 1] rather than [-1, 1]."""
+    agent = mrq(discrete=discrete)
+    np.testing.assert_allclose((agent.exploration_noise, agent.target_noise, agent.noise_clip), noises)
+
+
+def test_the_target_policys_noise_is_clipped():
+    """Draws of +5 and -5 standard deviations (0.2 each) are clipped to +-0.3 before they are added
+    to the target policy's action, itself clipped to [-1, 1]."""
+    agent = mrq()
+    agent.target_reward_scale.assign(1.0)  # as after the first target copy: the next values count
+    agent._tf_rng = FixedDraws(normal=[5.0, -5.0])
+    batch = tf.nest.map_structure(lambda x: tf.constant(x[0]), runs_batch(np.random.default_rng(9), agent, 1.0)).batch
+    expected = value_target_by_hand(agent, batch, noise=np.array([0.3, -0.3]))
+    np.testing.assert_allclose(agent.value_target_of(batch), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_the_lap_priority_is_the_largest_error_of_the_two_heads():
+    """The update's td_error (LAP's priority before its floor and power) is max over the heads of
+    |Q_k(zsa) - target|, the heads' errors being different."""
+    agent, rng = mrq(target_noise=0.0), np.random.default_rng(10)
+    inputs = tf.nest.map_structure(lambda x: tf.constant(x[0]), runs_batch(rng, agent, 1.0))
+    batch = inputs.batch
+    agent.target_reward_scale.assign(1.0)  # what the update's first target copy sets (the scale before it)
+    target = value_target_by_hand(agent, batch)
+    q = agent.value(agent.encoder.embed(agent.encoder.zs(batch.obs), agent.box.to_unit(batch.action))).numpy()
+    err = np.abs(q - target[:, None])
+    assert np.abs(err[:, 0] - err[:, 1]).min() > 1e-3
+    np.testing.assert_allclose(agent.update(inputs)["td_error"], err.max(axis=1), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("discrete", [False, True])
+def test_the_policy_ascends_both_value_heads_with_a_penalty_on_its_pre_activation(discrete):
+    """The policy's loss: -mean over the batch and both heads of Q(zs, act(pre)) + w * mean(pre^2),
+    act tanh, or for discrete actions the Gumbel-softmax softmax((pre + g) / tau) with tau = 10 (the
+    author's), its Gumbel noise g held at 0 here."""
+    agent = mrq(discrete=discrete, pre_activ_weight=1.0)
+    agent._tf_rng = FixedDraws()
+    obs = tf.constant(np.random.default_rng(11).normal(size=(16, OBS)).astype(np.float32))
+    zs = agent.encoder.zs(obs)
+    pre = agent.policy_net(zs).numpy()
+    if discrete:
+        action = np.exp(pre / 10.0) / np.exp(pre / 10.0).sum(axis=1, keepdims=True)
+    else:
+        action = np.tanh(pre)
+    q = agent.value(agent.encoder.embed(zs, tf.constant(action))).numpy()
+    assert np.abs(q[:, 0] - q[:, 1]).mean() > 1e-2 and np.mean(pre ** 2) > 1e-2  # the heads and the penalty count
+    np.testing.assert_allclose(agent.policy_update(obs), -q.mean() + 1.0 * np.mean(pre ** 2), rtol=1e-5)
+
+
+def test_the_value_gradient_is_clipped_to_its_global_norm():
+    """With value_grad_clip 1e-6, the value's gradient is scaled to that norm before AdamW's first
+    step, whose size then depends on it (its epsilon dominates): the Huber loss's gradient, written
+    out here, rescaled by clip / ||g||."""
+    agent, rng = mrq(target_noise=0.0, value_grad_clip=1e-6), np.random.default_rng(12)
+    batch = tf.nest.map_structure(lambda x: tf.constant(x[0]), runs_batch(rng, agent, 1.0)).batch
+    agent.target_reward_scale.assign(1.0)
+    target = value_target_by_hand(agent, batch)[:, None]
+    variables = agent.value.trainable_variables
+    before = [v.numpy().copy() for v in variables]
+    with tf.GradientTape() as tape:
+        q = agent.value(agent.encoder.embed(agent.encoder.zs(batch.obs), agent.box.to_unit(batch.action)))
+        err = tf.abs(q - target)
+        loss = tf.reduce_mean(tf.where(err < 1.0, 0.5 * tf.square(err), err - 0.5))
+    grads = [g.numpy() for g in tape.gradient(loss, variables)]
+    norm = np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in grads))
+    assert norm > 1e-3  # far above the clip
+    agent.value_update(batch)
+    for v, w, g in zip(variables, before, grads, strict=True):
+        np.testing.assert_allclose(v.numpy(), adamw_first_step(w, g * (1e-6 / norm), lr=3e-4), atol=1e-8,
+                                   err_msg=v.path)
 
 
 # --- runs -------------------------------------------------------------------------------------------
