@@ -5,8 +5,9 @@ discrete actions.
 
 - The encoder learns zs = f(s) and zsa = g(zs, a) through a linear model on zsa that predicts the
   reward (two-hot cross-entropy over bins spaced evenly in symlog space), the next state's zs (from
-  the target encoder) and the termination, unrolled `enc_horizon` steps along stored runs, each
-  sample's terms masked after its first termination (`losses.model_rollout_loss`).
+  the encoder in use: the author's target encoder, the copy made before its encoder updates) and the
+  termination, unrolled `enc_horizon` steps along stored runs, each sample's terms masked after its
+  first termination (`losses.model_rollout_loss`).
 - Twin value networks on zsa, trained with a Huber loss on `q_horizon`-step returns (the buffer's
   n-step batches) in units of the buffer's mean absolute reward: the target network's values are in
   the scale of its time, the online ones in today's (`losses.scaled_value_target`).
