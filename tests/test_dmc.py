@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import dm_env
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -18,28 +19,31 @@ from training import plaindata
 
 
 def test_an_action_repeated_earns_the_rewards_of_its_steps_and_episodes_are_the_suites_1000():
-    """With action_repeat=2 each step's reward is the sum of the two control steps' rewards that
-    repeat 1 gives for the same actions from the same seed, and its observation is the second's;
-    the suite's time limit of 1000 control steps ends the episode as a truncation at step 500."""
-    once, twice = gym.make("DMC-v1", domain="cartpole", task="swingup"), gym.make(
-        "DMC-v1", domain="cartpole", task="swingup", action_repeat=2)
+    """With action_repeat=3 each step's reward is the sum of the three control steps' rewards that
+    repeat 1 gives for the same actions from the same seed, and its observation is the third's;
+    the suite's time limit of 1000 control steps (3 * 333 + 1) ends the episode as a truncation at
+    step 334, after its one control step and with that step's reward alone."""
+    once, thrice = gym.make("DMC-v1", domain="cartpole", task="swingup"), gym.make(
+        "DMC-v1", domain="cartpole", task="swingup", action_repeat=3)
     try:
         a, _ = once.reset(seed=3)
-        b, _ = twice.reset(seed=3)
+        b, _ = thrice.reset(seed=3)
         np.testing.assert_array_equal(a, b)
         assert a.dtype == np.float32 and a.shape == once.observation_space.shape == (5,)  # position 3 + velocity 2
         rng = np.random.default_rng(0)
-        for step in range(1, 501):
+        for step in range(1, 335):
             action = rng.uniform(-1, 1, (1,)).astype(np.float32)
-            _, r1, *_ = once.step(action)
-            obs1, r2, term1, trunc1, _ = once.step(action)
-            obs2, r, term2, trunc2, _ = twice.step(action)
-            assert r == r1 + r2 and 0.0 <= r <= 2.0
-            np.testing.assert_array_equal(obs1, obs2)
-            assert (term2, trunc2) == (term1, trunc1) == (False, step == 500)
+            rewards = []
+            for _ in range(3 if step < 334 else 1):
+                obs1, r1, term1, trunc1, _ = once.step(action)
+                rewards.append(r1)
+            obs3, r, term3, trunc3, _ = thrice.step(action)
+            assert r == sum(rewards) and 0.0 <= r <= 3.0
+            np.testing.assert_array_equal(obs1, obs3)
+            assert (term3, trunc3) == (term1, trunc1) == (False, step == 334), step
     finally:
         once.close()
-        twice.close()
+        thrice.close()
 
 
 def test_pixels_are_84x84_rgb_renders_and_the_quadruped_is_seen_from_its_camera():
@@ -162,3 +166,77 @@ def test_continuous_agents_on_dmc_resume_bit_exact_and_evaluate_with_video(kind,
     obs = (np.zeros((2, 16, 16, 9), np.uint8) if kind == "pixels" else np.zeros((2, 5), np.float32))
     action = exported(obs).numpy()
     assert action.shape == (2, 1) and np.all(np.abs(action) <= 1)
+
+
+class ScriptedSuiteEnv:
+    """A stub of a dm_control task's env: its steps give the scripted TimeSteps in turn (the
+    observation dict of each holding its index), and it counts them."""
+
+    def __init__(self, steps):
+        self.steps, self.taken = steps, 0
+
+    def step(self, action):
+        step_type, reward, discount = self.steps[self.taken]
+        self.taken += 1
+        observation = {"position": np.array([self.taken, 0.5]), "velocity": np.array([-1.0])}
+        return dm_env.TimeStep(step_type, reward, discount, observation)
+
+
+def scripted_task(steps, action_repeat):
+    from envs.dmc import _Task
+
+    task = object.__new__(_Task)  # the stepping without loading a suite task
+    task.env, task.pixels, task.action_repeat = ScriptedSuiteEnv(steps), False, action_repeat
+    return task
+
+
+MID, LAST = dm_env.StepType.MID, dm_env.StepType.LAST
+
+
+@pytest.mark.parametrize("discount,ends", [(0.0, (True, False)), (1.0, (False, True))])
+def test_the_suites_last_step_is_a_termination_at_discount_0_and_a_truncation_otherwise(discount, ends):
+    """dm_env's protocol: a LAST step with discount 0 is the task ending itself (terminated); with
+    discount > 0 the time limit (truncated). A MID step ends nothing."""
+    task = scripted_task([(MID, 0.5, 1.0), (LAST, 1.0, discount)], action_repeat=1)
+    obs, reward, terminated, truncated = task.step(np.zeros(1))
+    assert (reward, terminated, truncated) == (0.5, False, False)
+    np.testing.assert_array_equal(obs, np.array([1, 0.5, -1], np.float32))
+    assert obs.dtype == np.float32
+    obs, reward, terminated, truncated = task.step(np.zeros(1))
+    assert (reward, terminated, truncated) == (1.0, *ends)
+    np.testing.assert_array_equal(obs, np.array([2, 0.5, -1], np.float32))
+
+
+@pytest.mark.parametrize("discount,ends", [(0.0, (True, False)), (1.0, (False, True))])
+def test_a_repeated_action_stops_at_the_episodes_end_with_the_rewards_before_it(discount, ends):
+    """action_repeat=3 with the episode's end on the second control step: the agent step earns the
+    first two rewards (0.5 + 0.25), gives the last step's observation and ends, and the third
+    control step (reward 100, in a next episode) is never taken."""
+    task = scripted_task([(MID, 0.5, 1.0), (LAST, 0.25, discount), (MID, 100.0, 1.0)], action_repeat=3)
+    obs, reward, terminated, truncated = task.step(np.zeros(1))
+    assert (reward, terminated, truncated) == (0.75, *ends)
+    assert task.env.taken == 2
+    np.testing.assert_array_equal(obs, np.array([2, 0.5, -1], np.float32))
+
+
+def test_a_dmc_reset_with_a_seed_draws_the_tasks_initial_state_from_that_seed():
+    """Cartpole swingup's initial state is drawn from the task's RandomState (dm_control's
+    cartpole.py: cart 0.01 randn, pole pi + 0.01 randn, velocities 0.01 randn each): reset(seed=s)
+    gives the observation (cart, cos, sin of the pole, velocities) of RandomState(s)'s draws, the
+    same seed again the same one, whatever reset came between."""
+    env = gym.make("DMC-v1", domain="cartpole", task="swingup")
+    try:
+        def expected(seed):
+            draws = np.random.RandomState(seed)
+            cart, pole = 0.01 * draws.randn(), np.pi + 0.01 * draws.randn()
+            return np.array([cart, np.cos(pole), np.sin(pole), *(0.01 * draws.randn(2))], np.float32)
+
+        first, _ = env.reset(seed=1)
+        np.testing.assert_allclose(first, expected(1), rtol=1e-5, atol=1e-7)
+        other, _ = env.reset(seed=2)
+        np.testing.assert_allclose(other, expected(2), rtol=1e-5, atol=1e-7)
+        again, _ = env.reset(seed=1)
+        np.testing.assert_array_equal(again, first)
+    finally:
+        env.close()
+

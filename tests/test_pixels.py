@@ -236,9 +236,7 @@ def test_random_shift_crops_the_edge_padded_image_at_each_offset():
     np.testing.assert_array_equal(shifted[1], [[0, 0, 1, 2], [0, 0, 1, 2], [4, 4, 5, 6], [8, 8, 9, 10]])
     np.testing.assert_array_equal(shifted[2], [[5, 6, 7, 7], [9, 10, 11, 11], [13, 14, 15, 15], [13, 14, 15, 15]])
     assert shifted.dtype == np.uint8
-    shift = RandomShift(2, seed=0)
-    offsets = shift.rng.uniform([2000, 2], 0, 5, dtype=tf.int32).numpy()
-    assert set(np.unique(offsets)) == {0, 1, 2, 3, 4}  # -2..+2 pixels each way
+    shift = RandomShift(2, seed=0)  # its offsets' range: test_random_shift_moves_images_by_each_amount_...
     big = tf.constant(np.random.default_rng(0).integers(0, 256, (64, 8, 8, 3)).astype(np.uint8))
     moved = shift(big).numpy()
     assert moved.shape == big.shape and np.mean(np.all(moved == big.numpy(), axis=(1, 2, 3))) < 0.2  # 1 in 25 stays
@@ -279,3 +277,238 @@ def test_the_compiled_update_trains_on_shifted_images():
     for a, b in zip(weights[0], weights[1]):
         np.testing.assert_array_equal(a, b)
     assert any(not np.array_equal(a, c) for a, c in zip(weights[0], weights[2]))
+
+
+class Scripted(gym.Env):
+    """A stub env that plays a script: its reset gives frames[0], its i-th step frames[i] and
+    rewards[i - 1], so what a wrapper makes of them is known by hand."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, frames, rewards=None):
+        self.frames = [np.asarray(f, np.uint8) for f in frames]
+        self.rewards = list(rewards) if rewards is not None else [0.0] * (len(self.frames) - 1)
+        self.observation_space = gym.spaces.Box(0, 255, self.frames[0].shape, np.uint8)
+        self.action_space = gym.spaces.Discrete(2)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.frames[0], {}
+
+    def step(self, action):
+        self.t += 1
+        return self.frames[min(self.t, len(self.frames) - 1)], self.rewards[self.t - 1], False, False, {}
+
+
+def wrapper_chain(env) -> list[type]:
+    chain = [type(env)]
+    while hasattr(env, "env"):
+        env = env.env
+        chain.append(type(env))
+    return chain
+
+
+@pytest.mark.parametrize("frame_shape", [(2, 3), (2, 3, 1), (2, 3, 2)])
+def test_a_frame_stack_starts_as_copies_of_the_first_frame_and_puts_the_newest_last(frame_shape):
+    """k = 3 over frames f0, f1, f2, f3 (each pixel its own value): the reset's stack is (f0, f0, f0)
+    on the channel axis, then (f0, f0, f1), (f0, f1, f2), (f1, f2, f3): the oldest dropped first."""
+    from envs.pixels import StackFrames
+
+    frames = [np.arange(np.prod(frame_shape)).reshape(frame_shape) + 50 * i for i in range(4)]
+    f = [x.reshape(2, 3, -1) for x in frames]  # (H, W) frames take a channel axis of 1
+    env = StackFrames(Scripted(frames), 3)
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (2, 3, 3 * f[0].shape[-1]) == env.observation_space.shape and obs.dtype == np.uint8
+    np.testing.assert_array_equal(obs, np.concatenate([f[0], f[0], f[0]], axis=-1))
+    for newest in ([f[0], f[0], f[1]], [f[0], f[1], f[2]], [f[1], f[2], f[3]]):
+        obs = env.step(0)[0]
+        np.testing.assert_array_equal(obs, np.concatenate(newest, axis=-1))
+    assert env.observation_space.contains(obs)
+
+
+def test_atari_reward_clipping_keeps_each_rewards_sign():
+    """Mnih et al. 2015 clip rewards to their sign: 4 -> 1, -7 -> -1, 0 -> 0, and 0.5 -> 1 (a
+    sign, not a clip to [-1, 1], which would keep 0.5)."""
+    from envs.atari import ClipReward
+
+    env = ClipReward(Scripted([np.zeros((2, 2))] * 5, rewards=[4, -7, 0, 0.5]))
+    env.reset(seed=0)
+    assert [env.step(0)[1] for _ in range(4)] == [1.0, -1.0, 0.0, 1.0]
+
+
+def test_atari_evaluation_plays_whole_games_for_the_unclipped_score(make_cfg):
+    """The eval env of `agent=dqn env=atari` takes env.eval_kwargs over env.kwargs: no reward
+    clipping and no end at a lost life (training's env has both), so an episode goes on past a
+    lost life (NOOPs in Breakout miss the ball)."""
+    from envs.atari import ClipReward, EpisodicLife
+    from training.builder import eval_env_args
+
+    cfg = make_cfg("agent=dqn", "env=atari")
+    assert cfg.env.kwargs.clip_rewards is True and cfg.env.kwargs.terminal_on_life_loss is True  # training's
+    args = eval_env_args(cfg)
+    assert args["kwargs"]["clip_rewards"] is False and args["kwargs"]["terminal_on_life_loss"] is False
+    assert args["kwargs"]["game"] == "Breakout" and args["frame_stack"] == 4
+    env = make_env(cfg.env.id, seed=0, **args)
+    chain = wrapper_chain(env)
+    assert ClipReward not in chain and EpisodicLife not in chain, chain
+    env.reset(seed=0)
+    ale = env.unwrapped.ale
+    lives = ale.lives()
+    for _ in range(2000):
+        _, _, terminated, truncated, _ = env.step(0)
+        assert not terminated and not truncated, "the evaluation episode ended"
+        if ale.lives() < lives:
+            break
+    assert ale.lives() == lives - 1, "no life was lost: the test saw no life loss"
+
+
+@pytest.fixture(scope="module")
+def pong():
+    """Pong as conf/env/atari.yaml makes it, but for FIRE after a reset and the end at a lost life
+    (whose reset goes on with the game): each reset(seed) restarts the game and plays only no-ops."""
+    from envs.atari import make_atari
+
+    return make_atari("Pong", fire_reset=False, terminal_on_life_loss=False)
+
+
+def test_atari_resets_play_a_random_number_of_noops_up_to_30(pong):
+    """SB3's (and gymnasium's) no-op starts: after a reset the emulator has run 1..30 frames (one
+    per no-op, each drawn anew from the reset's seed), so 10 seeds give several starts."""
+    frames = []
+    for seed in range(10):
+        pong.reset(seed=seed)
+        frames.append(pong.unwrapped.ale.getEpisodeFrameNumber())
+    assert all(1 <= f <= 30 for f in frames), frames
+    assert len(set(frames)) >= 3, frames
+
+
+def test_an_atari_step_is_four_emulator_frames(pong):
+    pong.reset(seed=0)
+    ale = pong.unwrapped.ale
+    for _ in range(3):
+        before = ale.getEpisodeFrameNumber()
+        pong.step(0)
+        assert ale.getEpisodeFrameNumber() - before == 4
+
+
+@pytest.mark.parametrize("overrides,prob", [((), 0.0), (("env.sticky_action_prob=0.25",), 0.25)])
+def test_atari_sticky_actions_reach_the_emulator(make_cfg, overrides, prob):
+    """env.sticky_action_prob is the ALE's repeat_action_probability: off by default (the DQN
+    papers), 0.25 with Machado et al. 2018's protocol."""
+    cfg = make_cfg("agent=dqn", "env=atari", *overrides)
+    env = make_env(cfg.env.id, seed=0, kwargs=cfg.env.kwargs)
+    assert env.unwrapped.ale.getFloat("repeat_action_probability") == pytest.approx(prob)
+
+
+def test_random_shift_moves_images_by_each_amount_from_minus_pad_to_pad():
+    """RandomShift(pad=2) on 2000 copies of a 9x9 image whose pixels are all different: each copy
+    is the edge-padded image cropped at some offset (row, column), recovered from where the centre
+    pixel lands; the offsets drawn are exactly 0..4 on both axes (shifts of -2..+2 pixels)."""
+    import tensorflow as tf
+
+    from agents.augment import RandomShift
+
+    pad, n = 2, 2000
+    image = np.arange(81, dtype=np.uint8).reshape(9, 9, 1)
+    moved = RandomShift(pad, seed=3)(tf.constant(np.repeat(image[None], n, axis=0))).numpy()
+    rows, cols = np.nonzero(moved[..., 0] == image[4, 4, 0])[1:]  # the centre is never repeated into a border
+    assert len(rows) == n, "each copy holds the centre pixel once"
+    offsets = np.stack([4 + pad - rows, 4 + pad - cols], axis=1)  # out[i] = padded[offset + i]
+    padded = np.pad(image, ((pad, pad), (pad, pad), (0, 0)), mode="edge")
+    for copy, (r, c) in zip(moved[:100], offsets[:100]):
+        np.testing.assert_array_equal(copy, padded[r:r + 9, c:c + 9])
+    assert set(offsets[:, 0]) == set(offsets[:, 1]) == {0, 1, 2, 3, 4}
+    counts = np.unique(offsets, axis=0, return_counts=True)[1]
+    assert len(counts) == 25 and counts.min() > n / 25 / 2  # every pair, roughly uniformly
+
+
+def test_random_shift_is_for_updates_only_acting_and_evaluation_see_the_frames_as_they_are():
+    """A learner with DrQ's shift acts on the observations unshifted (its agent's own actions for
+    them), and neither acting nor an evaluation draws from the shift's generator (a resumed run's
+    shifts depend on updates only)."""
+    import tensorflow as tf
+
+    from agents.augment import RandomShift
+    from agents.td3 import TD3
+    from helpers import compiled
+    from training.evaluation import evaluate
+
+    keras.utils.set_random_seed(0)
+    net = lambda *a, **k: conv_net(*a, convs=[[4, 3, 2]], hidden=[8], **k)  # noqa: E731
+    agent = TD3((9, 9, 3), np.array([-1.0]), np.array([1.0]), net, np.random.default_rng(0), policy_delay=1)
+    learner = compiled(agent, random_shift=RandomShift(2, seed=7))
+    rng = np.random.default_rng(0)
+    obs = rng.integers(0, 256, (16, 9, 9, 3)).astype(np.uint8)
+    state = learner.random_shift.rng.state.numpy().copy()
+    np.testing.assert_array_equal(learner.act(obs, explore=False), agent.act(obs, explore=False))
+    frames = [rng.integers(0, 256, (9, 9, 3)).astype(np.uint8) for _ in range(6)]
+    env = Scripted(frames, rewards=[1.0] * 5)
+    env.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    env = gym.wrappers.TimeLimit(env, 5)
+    assert evaluate(learner, env, episodes=2, seed=0)["return_mean"] == 5.0
+    np.testing.assert_array_equal(learner.random_shift.rng.state.numpy(), state)
+    assert not np.array_equal(RandomShift(2, seed=7)(tf.constant(obs)).numpy(), obs)  # a shift would show
+
+
+@pytest.mark.parametrize("as_tensors", [False, True])
+def test_mrqs_inputs_map_every_observation_of_the_batch_and_the_runs(as_tensors):
+    """MR.Q's update takes a batch of transitions and runs of `horizon` steps: normalization and
+    random shifts (`map_obs`) reach obs and next_obs of both, every step of the runs' next_obs,
+    and leave the rest as it was (numpy on the host, tensors in the graph)."""
+    import tensorflow as tf
+
+    from agents.replay import RunsBatch, TransitionsAndRuns
+    from buffers.types import Sequences
+
+    rng = np.random.default_rng(0)
+    b, horizon, shape = 3, 2, (4, 4, 2)
+    obs = lambda *lead: rng.integers(0, 200, (*lead, *shape)).astype(np.uint8)  # noqa: E731
+    batch = RunsBatch(
+        batch=Batch(obs(b), np.arange(b, dtype=np.int64), np.ones(b, np.float32), obs(b), np.ones(b, np.float32),
+                    np.ones(b, np.float32)),
+        runs=Sequences(obs(b), np.zeros((b, horizon), np.int64), np.ones((b, horizon), np.float32), obs(b, horizon),
+                       np.zeros((b, horizon), np.float32)),
+        reward_scale=np.float32(1.0), terminates=np.float32(0.0))
+    given = tf.nest.map_structure(tf.constant, batch) if as_tensors else batch
+
+    def plus_one(x):
+        assert len(x.shape) == 4, "a batch of images (B, H, W, C), as the shift takes them"
+        return x + 1
+
+    mapped = tf.nest.map_structure(np.asarray, TransitionsAndRuns(horizon=horizon, n_step=1).map_obs(given, plus_one))
+    for name, before, after in (("obs", batch.batch.obs, mapped.batch.obs),
+                                ("next_obs", batch.batch.next_obs, mapped.batch.next_obs),
+                                ("runs.obs", batch.runs.obs, mapped.runs.obs),
+                                ("runs.next_obs", batch.runs.next_obs, mapped.runs.next_obs)):
+        np.testing.assert_array_equal(after, before + 1, err_msg=name)
+    for before, after in ((batch.batch.action, mapped.batch.action), (batch.runs.action, mapped.runs.action),
+                          (batch.runs.reward, mapped.runs.reward)):
+        np.testing.assert_array_equal(after, before)
+
+
+def test_replay_of_stacked_minatar_frames_gives_back_the_envs_observations():
+    """MinAtar Breakout with env.frame_stack=2 into a replay that keeps one frame per step: every
+    stored obs and next_obs, rebuilt from the frames, is what the env returned, across episode
+    ends (the replay takes the env's stacks to be the newest frame last)."""
+    from buffers.uniform import UniformReplay
+
+    env = make_env("MinAtar-v1", seed=0, kwargs={"game": "breakout"}, frame_stack=2)
+    buffer = UniformReplay(100, env.observation_space.shape, 1, 0.99, np.random.default_rng(0), discrete_actions=True,
+                           obs_dtype=np.uint8, frame_stack=2)
+    rng = np.random.default_rng(1)
+    obs, _ = env.reset(seed=0)
+    seen, ends = [], 0
+    for _ in range(40):
+        action = int(rng.integers(env.action_space.n))
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        buffer.add(obs[None], [action], [reward], next_obs[None], [terminated], [truncated])
+        seen.append((obs, next_obs))
+        obs = next_obs
+        if terminated or truncated:
+            ends += 1
+            obs, _ = env.reset()
+    assert ends >= 2, "the test crosses too few episode ends"
+    np.testing.assert_array_equal(buffer.field("obs"), np.stack([o for o, _ in seen]))
+    np.testing.assert_array_equal(buffer.field("next_obs"), np.stack([n for _, n in seen]))
