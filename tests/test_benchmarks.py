@@ -361,3 +361,17 @@ def test_a_study_keeps_a_completed_run_whole_and_aggregate_reads_the_kept_copy(t
     summary = json.loads((run_dir / "summary.json").read_text())
     (kept / "summary.json").write_text(json.dumps({**summary, "stopped": True}))
     assert not studies.completed(str(kept)) and not studies.is_kept("study", run)
+
+
+def test_mutations_runs_a_declared_mutation_and_refuses_unknown_names(tmp_path):
+    """benchmarks/mutations.py breaks MR.Q's buffer setting on a throwaway worktree (never this
+    checkout) and the config test catches it; an unknown name is refused before anything runs."""
+    out = tmp_path / "mutations.json"
+    cmd = [sys.executable, "benchmarks/mutations.py", "--output", str(out)]
+    proc = subprocess.run([*cmd, "--only", "Q28"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (result,) = json.loads(out.read_text())["mutations"]
+    assert (result["name"], result["result"], result["file"]) == ("Q28", "caught", "conf/buffer/mrq.yaml")
+    assert "max_reset_every: 0" in open(os.path.join(ROOT, "conf", "buffer", "mrq.yaml")).read()
+    bad = subprocess.run([*cmd, "--only", "NOPE"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "unknown mutation names" in bad.stderr
