@@ -102,8 +102,10 @@ def test_groups_have_the_expected_options():
 
 @pytest.mark.parametrize("agent,network,buffer,env", list(combinations()))
 def test_every_combination_composes_and_instantiates(make_cfg, agent, network, buffer, env):
-    # MR.Q's model unrolled 2 steps, not 5: its trace is most of such a run's cost
-    extra = {"ga": ["agent.population=3"],
+    # MR.Q's model unrolled 2 steps, not 5: its trace is most of such a run's cost. CrossQ in graph
+    # mode: speed=fast's auto picks XLA for it (test_fast_paths), whose compile (10 s) would be most
+    # of such a run's; its XLA update runs in test_agents' fused check and test_crossq's resume
+    extra = {"ga": ["agent.population=3"], "crossq": ["speed.compile=graph"],
              "mrq": ["agent.enc_horizon=2", *(f"network.{k}=16" for k in ("zs_dim", "za_dim", "zsa_dim", "encoder_hidden",
                                                                              "value_hidden", "policy_hidden"))]}.get(agent, [])
     cfg = make_cfg(f"agent={agent}", f"network={network}", f"buffer={buffer}", f"env={env}", "buffer.capacity=1000",

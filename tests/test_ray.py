@@ -1,6 +1,8 @@
 """Sweeps on a real Ray cluster: the head and worker node `cluster/ray.sh up` starts on this host,
 driven by `train.py -m ... hydra/launcher=ray_cluster` through Hydra's Ray launcher. Marked `ray`
 (and `slow`); skipped, with the install command, where Ray is not installed (uv sync --extra ray)."""
+import contextlib
+import fcntl
 import importlib.util
 import json
 import os
@@ -30,12 +32,59 @@ def ray_up(env) -> str:
     return address
 
 
+def head_running() -> bool:
+    """Whether cluster/ray.sh's head node is alive (its pid file names a live, unreaped process)."""
+    try:
+        with open(os.path.join(RAY_DIR, "head.pid")) as f, open(f"/proc/{int(f.read())}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+@contextlib.contextmanager
+def held_for_this_session(tmp_path_factory, env):
+    """This session's hold on the cluster, shared by the xdist workers whose tests use it (a count
+    under a lock in the session's temp dir; xdist may run this module's tests on two workers): the
+    last to finish takes it down, so its idle daemons (about a tenth of a core) do not run through
+    the rest of the suite. A cluster that was up before the session (a developer's) stays up."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    record = shared / "ray_users.json"
+
+    def change(by: int) -> dict:
+        with open(shared / "ray_users.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            state = json.loads(record.read_text()) if record.exists() else {"users": 0, "ours": not head_running()}
+            state["users"] += by
+            record.write_text(json.dumps(state))
+            if state["users"] == 0 and state["ours"]:
+                subprocess.run(["bash", os.path.join(ROOT, "cluster", "ray.sh"), "down"], capture_output=True,
+                               timeout=120, env=env)
+            return state
+
+    change(+1)
+    try:
+        yield
+    finally:
+        change(-1)
+
+
+def head_running() -> bool:
+    """Whether cluster/ray.sh's head node is alive (its pid file names a live, unreaped process)."""
+    try:
+        with open(os.path.join(RAY_DIR, "head.pid")) as f, open(f"/proc/{int(f.read())}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, ValueError, IndexError):
+        return False
+
+
 @pytest.fixture(scope="module")
-def ray_env():
+def ray_env(tmp_path_factory):
     if importlib.util.find_spec("hydra_plugins.hydra_ray_launcher") is None:
         pytest.skip("Ray and Hydra's Ray launcher are not installed: uv sync --extra ray")
     env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}", "TFRL_RAY_DIR": RAY_DIR}
-    return {**env, "RAY_ADDRESS": ray_up(env)}
+    with held_for_this_session(tmp_path_factory, env):
+        yield {**env, "RAY_ADDRESS": ray_up(env)}
 
 
 def multirun(env, sweep_dir, *overrides, timeout=900):
