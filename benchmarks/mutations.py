@@ -49,9 +49,11 @@ DMC = ("tests/test_dmc.py", "-k", "not continuous_agents and not renumbered")
 MRQ = ("tests/test_mrq.py", "-k", "not resume")
 DQN = ("tests/test_dqn.py", "tests/test_dqn_features.py")
 CONFIG = ("tests/test_config.py::test_mrq_replays_as_its_authors_lap_and_td7_resets_the_largest_priority",)
+STATS = ("tests/test_aggregate.py", "-k", "not end_to_end and not bad_input")
 
 F, U, P, RP = "buffers/frames.py", "buffers/uniform.py", "buffers/prioritized.py", "agents/replay.py"
 ATR, DM, PX, AUG, MQ, DQ = "envs/atari.py", "envs/dmc.py", "envs/pixels.py", "agents/augment.py", "agents/mrq.py", "agents/dqn.py"
+ST = "analysis/stats.py"
 MUTATIONS = (
     Mutation("F1", "first-observation slots never given back", F, "self._free(rows[self.step[rows] == 0])", "pass", BUFFERS),
     Mutation("F2", "every row keeps a whole stack (each add starts episodes)", U,
@@ -140,6 +142,10 @@ MUTATIONS = (
              "self.updates % self.target_update_every == 1", DQN),
     Mutation("N9", "DQN's gradient-norm clip off", DQ, "grads, _ = tf.clip_by_global_norm(grads, self.max_grad_norm)", "pass",
              DQN),
+    Mutation("S1", "IQM cuts a quarter of the runs rounded up", ST, "cut = n // 4", "cut = (n + 3) // 4", STATS),
+    Mutation("S2", "the score distribution counts scores equal to tau", ST, "reshape(-1, 1) > taus", "reshape(-1, 1) >= taus",
+             STATS),
+    Mutation("S3", "P(X > Y) counts a tie as a loss", ST, "+ 0.5 * np.sum(x[:, None] == y)", "", STATS),
 )
 
 

@@ -46,6 +46,32 @@ def test_iqm_matches_scipy_trim_mean(n):
     assert iqm(m, axis=None) == trim_mean(m, 0.25, axis=None)
 
 
+def test_the_fast_statistics_give_rliables_numbers_bit_for_bit():
+    """IQM, the score distribution and P(X > Y) are computed without scipy's per-call checks (a
+    bootstrap calls them once per replicate): each equals rliable's own, to the last bit, on scores
+    with ties, unequal runs and NaN (which goes to scipy's rules)."""
+    from rliable import library, metrics
+
+    g = np.random.default_rng(11)
+    for trial in range(300):
+        n, m = int(g.integers(1, 30)), int(g.integers(1, 12))
+        a = g.normal(0.0, 10.0 ** g.uniform(-2, 4), size=(n, m))
+        a = np.round(a) if trial % 3 == 0 else a  # ties
+        if trial % 5 == 0:
+            a[g.random(a.shape) < 0.2] = np.nan
+        assert np.array_equal(iqm(a), metrics.aggregate_iqm(a), equal_nan=True)
+        assert np.array_equal(iqm(a, axis=0), trim_mean(a, 0.25, axis=0), equal_nan=True)
+        taus = np.linspace(np.nanmin(a) if np.isfinite(a).any() else 0.0, 1.0 + np.nanmax(a, initial=0.0), 17)
+        tasks = [a[:, j][: int(g.integers(1, n + 1))] for j in range(m)]
+        expected = np.mean([library.score_distributions(t, taus) for t in tasks], axis=0)
+        np.testing.assert_array_equal(run_score_distribution(tasks, taus), expected)
+        ys = [np.round(g.normal(0.0, 3.0, int(g.integers(1, 9)))) for _ in tasks]
+        ys[0] = tasks[0].copy()  # rliable's shortcut for equal runs
+        expected = np.mean([metrics.probability_of_improvement(x.reshape(-1, 1), y.reshape(-1, 1))
+                            for x, y in zip(tasks, ys)])
+        assert np.array_equal(probability_of_improvement(tasks, ys), expected, equal_nan=True)
+
+
 def test_iqm_is_the_mean_below_four_runs_and_the_middle_half_above():
     for x in ([3.0], [1.0, 5.0], [1.0, 2.0, 9.0]):
         assert iqm(x) == pytest.approx(np.mean(x))  # floor(0.25 n) = 0: nothing trimmed
