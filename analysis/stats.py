@@ -1,6 +1,9 @@
 """The statistics, from rliable (Agarwal et al. 2021): its metrics and its stratified bootstrap,
 behind thin wrappers that take one array of runs per task (tasks may have unequal runs, which
-rliable's runs x tasks matrices cannot hold) and make every interval reproducible.
+rliable's runs x tasks matrices cannot hold) and make every interval reproducible. The metrics a
+bootstrap evaluates once per replicate (IQM, the score distribution, P(X > Y)) are computed here as
+rliable computes them, number for number (tests/test_aggregate.py holds them to rliable's own),
+without the per-call checks of the scipy functions rliable calls.
 
 rliable is imported where it is used: it loads arch, pandas and statsmodels (seconds), which a
 command line with a mistake in it should not wait for.
@@ -68,7 +71,7 @@ def iqm(scores, axis: int | None = None):
 
     Computed as trim_mean computes it, to the last bit: the axis moved last, a partition at the two
     cuts, the mean of the middle. A bootstrap calls this once per replicate, and scipy's checks
-    around trim_mean cost a hundred times the arithmetic; scores holding a NaN go to scipy itself,
+    around trim_mean cost far more than the arithmetic; scores holding a NaN go to scipy itself,
     whose NaN rules this does not repeat."""
     scores = np.asarray(scores, dtype=float)
     if scores.size == 0 or np.isnan(scores).any():
