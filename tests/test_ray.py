@@ -51,7 +51,7 @@ def held_for_this_session(tmp_path_factory, env):
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     record = shared / "ray_users.json"
 
-    def change(by: int) -> dict:
+    def change(by: int) -> None:
         with open(shared / "ray_users.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             state = json.loads(record.read_text()) if record.exists() else {"users": 0, "ours": not head_running()}
@@ -60,7 +60,6 @@ def held_for_this_session(tmp_path_factory, env):
             if state["users"] == 0 and state["ours"]:
                 subprocess.run(["bash", os.path.join(ROOT, "cluster", "ray.sh"), "down"], capture_output=True,
                                timeout=120, env=env)
-            return state
 
     change(+1)
     try:
