@@ -214,15 +214,19 @@ def checkpoint_steps(run_dir) -> list[int]:
     return list(list_checkpoints(str(run_dir)))
 
 
+def session_dir(tmp_path_factory):
+    """The test session's temp dir, shared by its xdist workers (each worker's own is a dir in it;
+    without xdist it is the session's own: its parent holds every earlier session's too)."""
+    basetemp = tmp_path_factory.getbasetemp()
+    return basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp
+
+
 def uninterrupted_long_run(tmp_path_factory) -> dict:
     """The final weights of LONG_RUN (seed 0) run whole, without a launcher: made once per test
     session, whichever xdist worker asks first (a lock in the session's shared temp dir)."""
     import fcntl
 
-    # the session's temp dir: under xdist each worker's is a dir in it; without, it is the session's own
-    # (its parent holds every session's, and a run made there by an older LONG_RUN would be reused)
-    basetemp = tmp_path_factory.getbasetemp()
-    shared = basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp
+    shared = session_dir(tmp_path_factory)
     run_dir = shared / "uninterrupted_long_run"
     with open(shared / "uninterrupted_long_run.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

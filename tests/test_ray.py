@@ -14,7 +14,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.cluster_sweeps import kill_worker_node  # noqa: E402
-from helpers import LONG_RUN, ROOT, assert_same_weights, checkpoint_steps, final_weights, uninterrupted_long_run
+from helpers import (LONG_RUN, ROOT, assert_same_weights, checkpoint_steps, final_weights, session_dir,
+                     uninterrupted_long_run)
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -23,10 +24,14 @@ ON_RAY = ["hydra/launcher=ray_cluster", "speed.threads.inter_op=1", "speed.threa
 RAY_DIR = "/tmp/tfrl-ray"
 
 
+def ray_sh(command: str, env, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", os.path.join(ROOT, "cluster", "ray.sh"), command], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
 def ray_up(env) -> str:
     """Start what of the cluster is not running (a head, one worker node): RAY_ADDRESS."""
-    proc = subprocess.run(["bash", os.path.join(ROOT, "cluster", "ray.sh"), "up"], capture_output=True, text=True,
-                          timeout=300, env=env)
+    proc = ray_sh("up", env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     (address,) = [line.split("=", 1)[1] for line in proc.stdout.splitlines() if line.startswith("export RAY_ADDRESS=")]
     return address
@@ -45,10 +50,9 @@ def head_running() -> bool:
 def held_for_this_session(tmp_path_factory, env):
     """This session's hold on the cluster, shared by the xdist workers whose tests use it (a count
     under a lock in the session's temp dir; xdist may run this module's tests on two workers): the
-    last to finish takes it down, so its idle daemons (about a tenth of a core) do not run through
-    the rest of the suite. A cluster that was up before the session (a developer's) stays up."""
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    last to finish takes it down, so its idle daemons (about 7% of a core) do not run through the
+    rest of the suite. A cluster that was up before the session (a developer's) stays up."""
+    shared = session_dir(tmp_path_factory)
     record = shared / "ray_users.json"
 
     def change(by: int) -> None:
@@ -58,23 +62,13 @@ def held_for_this_session(tmp_path_factory, env):
             state["users"] += by
             record.write_text(json.dumps(state))
             if state["users"] == 0 and state["ours"]:
-                subprocess.run(["bash", os.path.join(ROOT, "cluster", "ray.sh"), "down"], capture_output=True,
-                               timeout=120, env=env)
+                ray_sh("down", env, timeout=120)
 
     change(+1)
     try:
         yield
     finally:
         change(-1)
-
-
-def head_running() -> bool:
-    """Whether cluster/ray.sh's head node is alive (its pid file names a live, unreaped process)."""
-    try:
-        with open(os.path.join(RAY_DIR, "head.pid")) as f, open(f"/proc/{int(f.read())}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, ValueError, IndexError):
-        return False
 
 
 @pytest.fixture(scope="module")
