@@ -1,6 +1,6 @@
 """The learning comparisons of benchmarks/README.md that take many CPU-hours, declared as studies:
 each study is a list of runs (tfrl's train.py or Stable-Baselines3's sb3_learning.py, one command
-each), run one after another. When a run completes, its record (`.hydra/`, `eval.csv` and
+each; or the MR.Q author's code through mrq_reference.py), run one after another. When a run completes, its record (`.hydra/`, `eval.csv` and
 `summary.json`: what aggregate.py reads, a few KB) is kept in
 `benchmarks/learning/<study>/runs/<run>/`, so a study can be finished over several sittings on
 several machines and its table and plots rebuilt from the repo alone.
@@ -14,7 +14,8 @@ and started again on the same machine, it continues from its last checkpoint). A
 it completes or diverges (a diverged run is a result); a kept run whose recorded overrides are not
 the study's declared ones (its budget changed) counts as pending. `aggregate` passes any further
 arguments to aggregate.py (`--last 5`). SB3's runs need its
-venv (`bash benchmarks/setup_sb3.sh`). Each run uses one thread on each side, so two `run`s with
+venv (`bash benchmarks/setup_sb3.sh`), the MR.Q author's runs that venv and the author's files
+(`bash benchmarks/setup_author.sh mrq`). Each run uses one thread on each side, so two `run`s with
 disjoint `--only` lists fill a two-core machine.
 """
 from __future__ import annotations
@@ -34,21 +35,22 @@ RECORD = ("eval.csv", "summary.json")  # with .hydra/: what analysis/runs.py rea
 DIVERGED = 3  # train.py's exit code for a run stopped on a non-finite loss: its summary is a result
 
 ONE_THREAD = {"tfrl": ["speed.threads.inter_op=1", "speed.threads.intra_op=1", "speed.batch_shards=1"],
-              "sb3": ["sb3.threads=1"]}
+              "sb3": ["sb3.threads=1"], "author": ["mrq_author.threads=1"]}
+SCRIPTS = {"tfrl": (sys.executable, "train.py"), "sb3": (SB3_PYTHON, "benchmarks/sb3_learning.py"),
+           "author": (SB3_PYTHON, "benchmarks/mrq_reference.py")}
+# each side's own saves, so a run stopped with its sitting continues from them
+CHECKPOINTS = {"tfrl": [], "sb3": ["sb3.checkpoint_every=50000"], "author": ["mrq_author.checkpoint_every=10000"]}
 
 
 @dataclass(frozen=True)
 class Run:
     name: str
-    implementation: str  # tfrl | sb3
+    implementation: str  # tfrl | sb3 | author (the MR.Q author's code)
     overrides: tuple[str, ...]
 
     def command(self, run_dir: str) -> list[str]:
-        script = ([sys.executable, "train.py"] if self.implementation == "tfrl"
-                  else [SB3_PYTHON, "benchmarks/sb3_learning.py"])
-        extra = ["sb3.checkpoint_every=50000"] if self.implementation == "sb3" else []
-        return [*script, *self.overrides, *ONE_THREAD[self.implementation], *extra,
-                "resume=auto", f"hydra.run.dir={run_dir}"]
+        return [*SCRIPTS[self.implementation], *self.overrides, *ONE_THREAD[self.implementation],
+                *CHECKPOINTS[self.implementation], "resume=auto", f"hydra.run.dir={run_dir}"]
 
 
 def grid(implementations: list[str], agent: str, tasks: list[tuple[str, list[str]]], seeds: range,
@@ -58,8 +60,15 @@ def grid(implementations: list[str], agent: str, tasks: list[tuple[str, list[str
             for seed in seeds for task, task_overrides in tasks for impl in implementations]
 
 
+def by_seed(runs: list[Run]) -> list[Run]:
+    """Several grids' runs seed-major (the order within a seed kept)."""
+    return sorted(runs, key=lambda run: int(run.name.rsplit("_s", 1)[1]))
+
+
 DMC_TASKS = [("cheetah_run", ["env=dmc", "env.domain=cheetah", "env.task=run"]),
              ("walker_walk", ["env=dmc", "env.domain=walker", "env.task=walk"])]
+
+GYM_TASKS = [("hopper", ["env=hopper"]), ("halfcheetah", ["env=halfcheetah"])]
 
 STUDIES: dict[str, tuple[str, list[Run]]] = {
     "minatar_dqn": (
@@ -77,6 +86,12 @@ STUDIES: dict[str, tuple[str, list[Run]]] = {
         "SAC (tfrl and SB3) and TD7 (tfrl) on two DMC tasks from states, 100k steps",
         grid(["tfrl", "sb3"], "sac", DMC_TASKS, range(3), ["total_steps=100000"])
         + grid(["tfrl"], "td7", DMC_TASKS, range(3), ["total_steps=100000"])),
+    "mrq_gym": (
+        "MR.Q (tfrl and the author's code) and tfrl's TD7, CrossQ and SAC on Hopper-v5 and HalfCheetah-v5, 100k "
+        "steps: the reference check of agent=mrq, and whether it is the best single choice here",
+        by_seed(grid(["tfrl", "author"], "mrq", GYM_TASKS, range(3), ["total_steps=100000"])
+                + [run for agent in ("td7", "crossq", "sac")
+                   for run in grid(["tfrl"], agent, GYM_TASKS, range(3), ["total_steps=100000"])])),
 }
 
 

@@ -137,14 +137,18 @@ def test_timed_intervals_start_after_the_tracing_interval():
     assert interval_rate(intervals) == 100.0
 
 
-def _sb3_learning():
-    """benchmarks/sb3_learning.py as a module (it runs in SB3's venv; its config mapping needs only
-    hydra and gymnasium, which the project has)."""
+def _module(path: str, name: str):
+    """A script of benchmarks/ as a module (SB3's and the author's scripts run in SB3's venv; their
+    config mapping needs only hydra and gymnasium, which the project has)."""
     import importlib.util
-    spec = importlib.util.spec_from_file_location("sb3_learning", os.path.join(ROOT, "benchmarks", "sb3_learning.py"))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, path))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _sb3_learning():
+    return _module("benchmarks/sb3_learning.py", "sb3_learning")
 
 
 def _compose_sb3(*overrides):
@@ -316,18 +320,30 @@ def test_memory_counts_pages_a_forked_child_shares_once():
 
 
 def test_every_run_of_every_study_composes(make_cfg):
-    """tfrl's runs compose as train.py's; SB3's settings can be reproduced by SB3 (sb3_learning.py
-    would refuse them at launch, hours into a study)."""
+    """Each run's whole command line (its threads and checkpoint settings too) composes as its
+    script composes it, and SB3's settings can be reproduced by SB3: a script would refuse them at
+    launch, hours into a study."""
+    from hydra import compose, initialize_config_dir
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import studies
 
+    _module("benchmarks/mrq_reference.py", "mrq_reference")  # registers its config
     for study, (_, runs) in studies.STUDIES.items():
         assert len({r.name for r in runs}) == len(runs), study
         for run in runs:
+            command = run.command("unused")
+            overrides = [o for o in command[2:] if not o.startswith("hydra.")]
+            assert command[1] == studies.SCRIPTS[run.implementation][1], run.name
+            if run.implementation == "tfrl":
+                assert make_cfg(*overrides).total_steps > 0, run.name
+                continue
+            with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
+                cfg = compose(config_name={"sb3": "sb3_learning", "author": "mrq_reference"}[run.implementation],
+                              overrides=overrides)
             if run.implementation == "sb3":
-                _sb3_learning().sb3_settings(_compose_sb3(*run.overrides))
+                _sb3_learning().sb3_settings(cfg)
             else:
-                assert make_cfg(*run.overrides).total_steps > 0, run.name
+                assert cfg.agent._target_ == "agents.mrq.MRQ" and cfg.mrq_author.threads == 1, run.name
 
 
 def test_a_study_keeps_a_completed_run_whole_and_aggregate_reads_the_kept_copy(tmp_path, capsys, monkeypatch):
