@@ -92,6 +92,12 @@ STUDIES: dict[str, tuple[str, list[Run]]] = {
         by_seed(grid(["tfrl", "author"], "mrq", GYM_TASKS, range(3), ["total_steps=100000"])
                 + [run for agent in ("td7", "crossq", "sac")
                    for run in grid(["tfrl"], agent, GYM_TASKS, range(3), ["total_steps=100000"])])),
+    "mrq_dmc": (
+        "MR.Q (tfrl and the author's code) on DMC cheetah-run from states at the author's action repeat of 2, "
+        "50k agent steps (100k frames)",
+        grid(["tfrl", "author"], "mrq", [("cheetah_run", ["env=dmc", "env.domain=cheetah", "env.task=run",
+                                                          "env.action_repeat=2"])],
+             range(2), ["total_steps=50000", "eval_every=5000"])),
 }
 
 
