@@ -223,11 +223,45 @@ def tracked(agent) -> dict[str, Any]:
     return found
 
 
-def adam(learning_rate: float, beta_1: float = 0.9) -> keras.optimizers.Adam:
+class _OneKernelAdam:
+    """Adam's step for a variable of `ONE_KERNEL_FROM` elements or more as one kernel
+    (TensorFlow's ResourceApplyAdam, tf.keras 2's path) instead of Keras 3's eleven elementwise
+    ops, each a pass over the variable: the same formula, with 1 - beta rounded in float32 where
+    Keras rounds it from a double (steps differ in the last bit). Smaller variables take Keras'
+    ops: the kernel splits every variable across the intra-op threads whatever its size, which
+    costs more than it saves on a small one (benchmarks/README.md, stop 53); so does amsgrad,
+    which the kernel lacks."""
+
+    ONE_KERNEL_FROM = 16384
+
+    def update_step(self, gradient, variable, learning_rate):
+        if self.amsgrad or variable.shape.num_elements() < self.ONE_KERNEL_FROM:
+            return super().update_step(gradient, variable, learning_rate)
+        index = self._get_variable_index(variable)
+        dtype = variable.dtype
+        step = tf.cast(self.iterations + 1, dtype)
+        handle = [(x.value if isinstance(x, keras.Variable) else x).handle
+                  for x in (variable, self._momentums[index], self._velocities[index])]
+        beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
+        return tf.raw_ops.ResourceApplyAdam(
+            var=handle[0], m=handle[1], v=handle[2], beta1_power=tf.pow(beta_1, step),
+            beta2_power=tf.pow(beta_2, step), lr=tf.cast(learning_rate, dtype), beta1=beta_1, beta2=beta_2,
+            epsilon=tf.cast(self.epsilon, dtype), grad=tf.cast(gradient, dtype), use_locking=False)
+
+
+class Adam(_OneKernelAdam, keras.optimizers.Adam):
+    pass
+
+
+class AdamW(_OneKernelAdam, keras.optimizers.AdamW):
+    """Keras' decoupled weight decay (one pass over the variable before the step), then Adam's step."""
+
+
+def adam(learning_rate: float, beta_1: float = 0.9) -> Adam:
     """Adam with the reference implementations' (PyTorch's) epsilon 1e-8, Keras' default being 1e-7.
     Keras adds epsilon before the bias correction of the second moment, PyTorch after, so this is
     PyTorch's 1e-8 / sqrt(1 - beta_2**t): 3.2e-7 at the first update, 1e-8 in the limit."""
-    return keras.optimizers.Adam(learning_rate=learning_rate, beta_1=beta_1, epsilon=1e-8)
+    return Adam(learning_rate=learning_rate, beta_1=beta_1, epsilon=1e-8)
 
 
 def copy_of(online: keras.Model, target: keras.Model) -> keras.Model:

@@ -34,21 +34,20 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import keras
 import numpy as np
 import tensorflow as tf
 
 from agents import checks, losses
 from agents.acting import Forward
-from agents.base import ActionBox, Needs, copy_of, tf_seed
+from agents.base import ActionBox, AdamW, Needs, copy_of, tf_seed
 from agents.replay import RunsBatch, TransitionsAndRuns, check_horizon
 from networks import mrq as mrq_networks
 from networks.mrq import Encoder, MRQNetworks
 
 
-def adamw(learning_rate: float, weight_decay: float) -> keras.optimizers.AdamW:
+def adamw(learning_rate: float, weight_decay: float) -> AdamW:
     """AdamW with PyTorch's epsilon, as the author's torch.optim.AdamW (see agents.base.adam)."""
-    return keras.optimizers.AdamW(learning_rate=learning_rate, weight_decay=weight_decay, epsilon=1e-8)
+    return AdamW(learning_rate=learning_rate, weight_decay=weight_decay, epsilon=1e-8)
 
 
 class MRQ:

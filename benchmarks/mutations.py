@@ -49,11 +49,12 @@ DMC = ("tests/test_dmc.py", "-k", "not continuous_agents and not renumbered")
 MRQ = ("tests/test_mrq.py", "-k", "not resume")
 DQN = ("tests/test_dqn.py", "tests/test_dqn_features.py")
 CONFIG = ("tests/test_config.py::test_mrq_replays_as_its_authors_lap_and_td7_resets_the_largest_priority",)
+ADAM = ("tests/test_agents.py", "-k", "adam")
 STATS = ("tests/test_aggregate.py", "-k", "not end_to_end and not bad_input")
 
 F, U, P, RP = "buffers/frames.py", "buffers/uniform.py", "buffers/prioritized.py", "agents/replay.py"
 ATR, DM, PX, AUG, MQ, DQ = "envs/atari.py", "envs/dmc.py", "envs/pixels.py", "agents/augment.py", "agents/mrq.py", "agents/dqn.py"
-ST = "analysis/stats.py"
+ST, BASE = "analysis/stats.py", "agents/base.py"
 MUTATIONS = (
     Mutation("F1", "first-observation slots never given back", F, "self._free(rows[self.step[rows] == 0])", "pass", BUFFERS),
     Mutation("F2", "every row keeps a whole stack (each add starts episodes)", U,
@@ -146,6 +147,10 @@ MUTATIONS = (
     Mutation("S2", "the score distribution counts scores equal to tau", ST, "reshape(-1, 1) > taus", "reshape(-1, 1) >= taus",
              STATS),
     Mutation("S3", "P(X > Y) counts a tie as a loss", ST, "+ 0.5 * np.sum(x[:, None] == y)", "", STATS),
+    Mutation("O1", "Adam's one kernel with beta_1 and beta_2 swapped", BASE, "beta1=beta_1, beta2=beta_2",
+             "beta1=beta_2, beta2=beta_1", ADAM),
+    Mutation("O2", "every variable in Keras' ops (the one kernel never taken)", BASE,
+             "if self.amsgrad or variable.shape.num_elements() < self.ONE_KERNEL_FROM:", "if True:", ADAM),
 )
 
 
