@@ -112,6 +112,34 @@ def _submitit_job_pid(sweep_dir) -> int | None:
     return None
 
 
+def test_the_handler_handed_the_stop_runs_its_commands_with_sigterm_ignored():
+    """submitit's handler runs `scontrol requeue`, and SLURM's SIGTERM for the requeue reaches that
+    command too; killed before it exits, it reads as the job's failure (seen once in test_slurm).
+    The handler the run hands its stop to starts its commands with SIGTERM ignored (an ignored
+    signal stays ignored in a child), and the run's own SIGTERM handling comes back after it."""
+    from training.runner import StopSignal
+
+    seen = []
+
+    def launchers_handler(signum, frame):
+        seen.append(subprocess.run([sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGTERM) == signal.SIG_IGN)"],
+                                   capture_output=True, text=True, check=True).stdout.strip())
+
+    before_usr2, before_term = signal.signal(signal.SIGUSR2, launchers_handler), signal.getsignal(signal.SIGTERM)
+    try:
+        with StopSignal() as stop:
+            os.kill(os.getpid(), signal.SIGUSR2)
+            deadline = time.time() + 10
+            while stop.signum is None and time.time() < deadline:
+                time.sleep(0.01)
+        assert stop.signum == signal.SIGUSR2
+        stop.hand_over(7)
+    finally:
+        signal.signal(signal.SIGUSR2, before_usr2)
+    assert seen == ["True"]
+    assert signal.getsignal(signal.SIGTERM) == before_term
+
+
 def test_preempted_submitit_job_is_requeued_and_resumes_its_checkpoint(tmp_path):
     """SIGUSR2 is submitit's pre-emption/timeout signal: the run checkpoints, hands the signal to
     submitit, which requeues the job, and the requeued job continues from that checkpoint."""

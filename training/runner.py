@@ -98,7 +98,14 @@ class StopSignal:
             print(f"stopped by {signal.Signals(self.signum).name} at step {step}; checkpoint written; passing the "
                   f"signal on to the handler that was there before (a launcher's, e.g. submitit's, which requeues "
                   f"the job)", flush=True)
-            previous(self.signum, None)
+            # submitit's handler runs `scontrol requeue`, and SLURM's SIGTERM for that requeue reaches
+            # the command too: killed before it exits, it reads as the job's failure though the job was
+            # requeued. A signal ignored here stays ignored in a child; the run has stopped already.
+            term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            try:
+                previous(self.signum, None)
+            finally:
+                signal.signal(signal.SIGTERM, term)
 
 
 def run_identity(cfg: DictConfig, run_dir: str) -> dict:
