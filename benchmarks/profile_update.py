@@ -112,12 +112,12 @@ def main() -> None:
 
     from benchmarks.throughput import per_call, random_transitions
     from training.builder import build_run
-    from training.speed import configure_threads
+    from training.speed import configure_threads, explicit_threads
 
     with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
         cfg = compose("config", overrides=a.overrides)
     # the run's thread pools before the peaks below run TF's first ops (they are fixed from then on)
-    configure_threads(**{k: v for k, v in (cfg.speed.get("threads") or {}).items() if v != "auto"})
+    configure_threads(**explicit_threads(cfg.speed))
     peak = 0.0
     for dtype in (tf.float32, tf.bfloat16):
         peaks = {shape: matmul_gflops(dtype, *shape) for shape in [(256, 256, 256), (1024, 1024, 1024)]}

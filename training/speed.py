@@ -165,10 +165,14 @@ def decide(speed: DictConfig, hidden, batch_size: int, gpus: int | None = None, 
                  intra_op=intra_op)
 
 
+def explicit_threads(speed: DictConfig) -> dict:
+    """The thread pool sizes the config sets (not left to `auto`)."""
+    return {k: v for k, v in (speed.get("threads") or {}).items() if v != "auto"}
+
+
 def apply_threads(speed: DictConfig, decided: Speed) -> None:
     """Size TF's thread pools: the sizes the config set are required, those `auto` chose are hints."""
     threads = speed.get("threads") or {}
-    explicit = {k: v for k, v in threads.items() if v != "auto"}
-    configure_threads(**explicit)
+    configure_threads(**explicit_threads(speed))
     hints = {k: getattr(decided, k) for k, v in threads.items() if v == "auto"}
     configure_threads(**hints, required=False)
