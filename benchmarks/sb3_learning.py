@@ -16,9 +16,10 @@ reset is seeded with seed + 100, written to eval.csv with train.py's columns.
 - TD3 and DDPG: learning rate, tau, policy delay, target smoothing and exploration noise (in units
   of the action half-range, as SB3 acts in [-1, 1]).
 - SAC: one learning rate for actor, critics and temperature, tau, the temperature's initial value
-  (`ent_coef="auto_<init_alpha>"`) and the target entropy. SB3 clips the policy's log standard
-  deviation to [-20, 2] where tfrl bounds it smoothly into [-5, 2] as CleanRL does; this is the one
-  difference in the maths that remains.
+  (`ent_coef="auto_<init_alpha>"`), the target entropy, and the clamp of the policy's log standard
+  deviation to [-20, 2] (tfrl's `agent.log_std=clip`, its default). `sb3_sac_update_check.py` finds
+  the two updates the same from the same state; what remains are SB3's 1e-6 inside the squashed
+  log density's log(1 - tanh(u)^2), exact in tfrl, and where Adam adds its epsilon.
 - CrossQ (sb3-contrib): one learning rate, the policy delay, the temperature's initial value and
   the target entropy, the actor's and the critics' sizes (`net_arch` pi and qf), and Batch
   Renormalization's momentum, epsilon and warm-up; Adam's beta_1 is sb3-contrib's 0.5.
@@ -132,6 +133,8 @@ def _actor_critic_settings(cfg: DictConfig, agent: str, problems: list[str]) -> 
         kwargs.update(policy_delay=int(a.policy_delay), ent_coef=f"auto_{float(a.init_alpha)}",
                       target_entropy=a.target_entropy)
     if agent == "sac":
+        if a.get("log_std", "clip") != "clip":
+            problems.append(f"agent.log_std={a.log_std} (SB3 clamps the policy's log std to [-20, 2]: agent.log_std=clip)")
         kwargs.update(ent_coef=f"auto_{float(a.init_alpha)}", target_entropy=a.target_entropy)
     if agent == "td3":
         kwargs.update(policy_delay=int(a.policy_delay), target_policy_noise=float(a.target_noise),

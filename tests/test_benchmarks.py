@@ -198,6 +198,8 @@ def test_sb3_learning_refuses_what_sb3_cannot_reproduce_and_names_each():
         assert what in str(err.value), what
     with pytest.raises(module.SettingError, match="agent.tau=0.01 with 128 updates per phase"):
         module.sb3_settings(_compose_sb3("agent=dqn", "env=cartpole", "agent.tau=0.01"))
+    with pytest.raises(module.SettingError, match=r"agent.log_std=tanh \(SB3 clamps"):
+        module.sb3_settings(_compose_sb3("agent=sac", "agent.log_std=tanh"))
 
 
 def test_sb3_learning_gives_dqn_the_same_target_copies_and_epsilon():
