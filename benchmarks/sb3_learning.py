@@ -18,8 +18,8 @@ reset is seeded with seed + 100, written to eval.csv with train.py's columns.
 - SAC: one learning rate for actor, critics and temperature, tau, the temperature's initial value
   (`ent_coef="auto_<init_alpha>"`), the target entropy, and the clamp of the policy's log standard
   deviation to [-20, 2] (tfrl's `agent.log_std=clip`, its default). `sb3_sac_update_check.py` finds
-  the two updates the same from the same state; what remains are SB3's 1e-6 inside the squashed
-  log density's log(1 - tanh(u)^2), exact in tfrl, and where Adam adds its epsilon.
+  the two updates the same from the same state; what remains is SB3's 1e-6 inside the squashed
+  log density's log(1 - tanh(u)^2), exact in tfrl.
 - CrossQ (sb3-contrib): one learning rate, the policy delay, the temperature's initial value and
   the target entropy, the actor's and the critics' sizes (`net_arch` pi and qf), and Batch
   Renormalization's momentum, epsilon and warm-up; Adam's beta_1 is sb3-contrib's 0.5.

@@ -18,15 +18,14 @@ Compared per update: the critic, actor and temperature losses, log alpha after t
 network the change of its weights by the update (|tfrl's change - SB3's| / |SB3's|). Beside each,
 the same difference for SB3's own update of the batch's rows in another order: the floor that
 float32 rounding sets; the two frameworks' kernels round more differently than that, to about 1e-4.
-The two differences in the maths that remain are left out by default, and shown with a flag:
 - SB3's log density of the squashed action adds 1e-6 inside log(1 - tanh(u)^2), where tfrl's is
-  exact; SB3's side uses the exact form unless `--sb3-as-is`. The temperature's loss,
-  -log alpha * (log pi + target entropy), is a small difference of large terms, and with SB3's
-  form it differs by up to 6e-3 (on a trained walker-walk run); nothing else moves above 2e-4.
-- Keras adds Adam's epsilon before the second moment's bias correction, PyTorch after:
-  PyTorch's 1e-8 is tfrl's 1e-8 / sqrt(1 - 0.999^t), the same from a few thousand steps on but
-  3e-7 at the first. Both sides go on with SB3's Adam state unless `--fresh-adam`, where the
-  first updates' weight changes differ by up to 4e-2, from the weights whose gradients are near 1e-7.
+  exact, the one difference in the maths that remains; SB3's side uses the exact form unless
+  `--sb3-as-is`. The temperature's loss, -log alpha * (log pi + target entropy), is a small
+  difference of large terms, and with SB3's form it differs by up to 6e-3 (on a trained
+  walker-walk run); nothing else moves above 2e-4.
+- Both sides go on with SB3's Adam state unless `--fresh-adam`. Adam's first step moves each
+  weight by about lr * sign(g), so the weights whose gradients are near epsilon move by what
+  rounding makes of g: the first update's changes differ by up to 3e-3, the next ones' by 1e-4.
 A difference in the maths of the update (the actor's loss on the critics before their step, the
 entropy term left out of the target, the online critics in it) shows as 1e-1 or more. Exits 1
 where a difference exceeds `--tolerance`.

@@ -250,14 +250,15 @@ def test_optimizers_are_adam_with_pytorchs_epsilon(make_cfg, agent_name):
 @pytest.mark.parametrize("weight_decay", [None, 0.1])
 def test_adam_steps_each_variable_in_one_kernel_by_adams_formula(weight_decay):
     """agents.base's Adam (and MR.Q's AdamW) steps a large variable in one kernel and a small one
-    in Keras' ops, both by Keras' formula, with the decoupled weight decay before: three steps
-    against the formula in float64."""
+    in ops, both by PyTorch's formula (epsilon after the bias correction of sqrt(v)), with the
+    decoupled weight decay before: four steps against the formula in float64, one of them with
+    gradients near epsilon, where Keras' formula moves the weights about half as far."""
     from agents.base import AdamW, adam
 
     lr, beta_1, beta_2, eps = 1e-2, 0.5, 0.999, 1e-8
     rng = np.random.default_rng(3)
     start = [rng.normal(size=(128, 128)), rng.normal(size=4)]  # one kernel, Keras' ops
-    grads = [[rng.normal(size=w.shape) * scale for w in start] for scale in (1.0, 0.01, 3.0)]
+    grads = [[rng.normal(size=w.shape) * scale for w in start] for scale in (3e-8, 1.0, 0.01, 3.0)]
     variables = [tf.Variable(w.astype(np.float32)) for w in start]
     opt = (adam(lr, beta_1) if weight_decay is None
            else AdamW(learning_rate=lr, weight_decay=weight_decay, beta_1=beta_1, epsilon=eps))
@@ -265,20 +266,21 @@ def test_adam_steps_each_variable_in_one_kernel_by_adams_formula(weight_decay):
     step = tf.function(lambda g: opt.apply_gradients(zip(g, variables)))
     ops = [op.type for op in step.get_concrete_function([tf.constant(g, tf.float32) for g in grads[0]]).graph.get_operations()]
     assert ops.count("ResourceApplyAdam") == 1 and "AssignSubVariableOp" in ops  # the small one: Keras' ops
-    for g in grads:
-        step([tf.constant(x, tf.float32) for x in g])
-
     w, m, v = [x.copy() for x in start], [np.zeros_like(x) for x in start], [np.zeros_like(x) for x in start]
-    for t, g in enumerate(grads, start=1):
-        alpha = lr * np.sqrt(1 - beta_2 ** t) / (1 - beta_1 ** t)
+    for t, g in enumerate(grads, start=1):  # torch.optim.Adam(W)'s step
+        step([tf.constant(x, tf.float32) for x in g])
         for i in range(len(w)):
             w[i] = w[i] - lr * (weight_decay or 0.0) * w[i]
             m[i] = m[i] + (g[i] - m[i]) * (1 - beta_1)
             v[i] = v[i] + (g[i] ** 2 - v[i]) * (1 - beta_2)
-            w[i] = w[i] - alpha * m[i] / (np.sqrt(v[i]) + eps)
+            m_hat, v_hat = m[i] / (1 - beta_1 ** t), v[i] / (1 - beta_2 ** t)
+            w[i] = w[i] - lr * m_hat / (np.sqrt(v_hat) + eps)
+        if t == 1:  # the step that tells the formulas apart: PyTorch's moves each weight by about 0.7 lr, Keras' by 0.1 lr
+            for got, want, before in zip(variables, w, start):
+                np.testing.assert_allclose(got.numpy() - before, want - before, rtol=1e-3, atol=1e-6)  # w in float32
     for got, want in zip(variables, w):
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)
-    assert int(opt.iterations.numpy()) == 3
+    assert int(opt.iterations.numpy()) == 4
 
 
 def test_keras_on_another_backend_is_refused_with_the_fix():

@@ -1,0 +1,336 @@
+"""Check that tfrl's MR.Q updates compute what the author's code computes (facebookresearch/MRQ,
+`Agent.train_encoder` and `Agent.train_rl`): from the same state (every network, target and
+AdamW's moments), on the same batches and with the same target-policy noise, a few updates of
+each kind on both sides, their outputs and weight changes compared.
+
+    bash benchmarks/setup_sb3.sh && bash benchmarks/setup_author.sh mrq      # once
+    uv run python benchmarks/author_mrq_update_check.py       # the author's MR.Q after 1500 steps of Hopper-v5
+
+This process is tfrl's side; it runs the author's side in SB3's venv on the author's files in
+benchmarks/.mrq-ref (this file, `--author-side`). That side trains the author's agent in the
+author's loop (`--steps` env steps, learning from `--learning-starts`: two target copies, so
+500 encoder and 500 value and policy updates, with AdamW's state from them), then writes its state,
+`--batches` batches of each kind drawn from its own buffer (runs of `enc_horizon` steps for the
+encoder; `Q_horizon`-step returns, by the author's `multi_step_reward`, for value and policy), the
+noise of each value update's target policy, and its state and outputs after each update. tfrl's
+MR.Q (agent=mrq, network=mrq) is set to that state and runs the same updates eagerly:
+
+- the encoder: `MRQ.encoder_update` on the trained copy (`encoder_next`, the author's `encoder`)
+  with the encoder in use (the author's `encoder_target`) embedding the next states;
+- value then policy: `MRQ.value_update` and `MRQ.policy_update`, the encoder in use the author's
+  `encoder` and the target encoder its `encoder_target`, with the author's reward scales.
+
+Each update starts from the author's state after the one before. Compared per update: the value
+network's two heads on the batch and the target (relative difference), and per network the
+change of its weights by the update (|tfrl's change - the author's| / |the author's|). Beside
+each, the author's own update of the batch's rows in another order: the floor that the order of a
+sum alone sets (the frameworks' kernels round apart by more). Exits 1 where a difference exceeds
+`--tolerance`. Vector observations and continuous actions: the pixel encoder and discrete actions
+are not covered here.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+AUTHOR_PYTHON = os.path.join(ROOT, "benchmarks", ".venv-sb3", "bin", "python")
+REF = os.path.join(ROOT, "benchmarks", ".mrq-ref")
+MODULES = ("encoder", "encoder_target", "policy", "policy_target", "value", "value_target")
+OPTIMIZERS = {"encoder": "encoder_optimizer", "policy": "policy_optimizer", "value": "value_optimizer"}
+
+
+# --- the author's side (SB3's venv: torch, no TensorFlow) -----------------------------------------
+def author_state(agent) -> dict[str, np.ndarray]:
+    """Every network's parameters and AdamW's state, by the author's module and parameter names."""
+    state = {}
+    for module in MODULES:
+        for name, p in getattr(agent, module).named_parameters():
+            state[f"{module}/{name}"] = p.detach().numpy().copy()
+    for module, opt_name in OPTIMIZERS.items():
+        optimizer = getattr(agent, opt_name)
+        for name, p in getattr(agent, module).named_parameters():
+            slots = optimizer.state[p]
+            state[f"adam/{module}/{name}/step"] = np.float32(slots["step"])
+            state[f"adam/{module}/{name}/exp_avg"] = slots["exp_avg"].numpy().copy()
+            state[f"adam/{module}/{name}/exp_avg_sq"] = slots["exp_avg_sq"].numpy().copy()
+    return state
+
+
+def prefixed(prefix: str, values: dict) -> dict:
+    return {f"{prefix}/{key}": value for key, value in values.items()}
+
+
+def save(agent):
+    return copy.deepcopy([getattr(agent, m).state_dict() for m in MODULES + tuple(OPTIMIZERS.values())])
+
+
+def restore(agent, saved) -> None:
+    for m, state in zip(MODULES + tuple(OPTIMIZERS.values()), copy.deepcopy(saved)):
+        getattr(agent, m).load_state_dict(state)
+
+
+def author_updates(agent, data: dict, batches: int, order: np.ndarray, after: list | None = None) -> tuple[dict, list]:
+    """The author's value-and-policy updates (`train_rl`), then encoder updates (`train_encoder`),
+    on the written batches with their rows in `order`: per update its outputs and state, and its
+    saves; after update k it is reset to `after[k]` if given."""
+    import torch
+
+    out, saves = {}, []
+
+    def rows(key):
+        return torch.as_tensor(data[key][order])
+
+    for k in range(batches):
+        noise = rows(f"rl/{k}/noise")
+        real = torch.randn_like
+        torch.randn_like = lambda x, **kw: noise
+        try:
+            q, q_target = agent.train_rl(rows(f"rl/{k}/obs"), rows(f"rl/{k}/action"), rows(f"rl/{k}/next_obs"),
+                                         rows(f"rl/{k}/reward")[:, None], rows(f"rl/{k}/not_done")[:, None],
+                                         float(data["reward_scale"]), float(data["target_reward_scale"]))
+        finally:
+            torch.randn_like = real
+        unorder = np.argsort(order)  # the outputs in the written rows' order
+        out[f"rl/{k}/q"], out[f"rl/{k}/target"] = q.detach().numpy()[unorder], q_target.detach().numpy()[unorder, 0]
+        out.update(prefixed(f"rl/{k}", author_state(agent)))
+        saves.append(save(agent))
+        if after:
+            restore(agent, after[k])
+    for k in range(batches):
+        agent.train_encoder(rows(f"enc/{k}/obs"), rows(f"enc/{k}/action"), rows(f"enc/{k}/next_obs"),
+                            rows(f"enc/{k}/reward")[..., None], rows(f"enc/{k}/not_done")[..., None],
+                            bool(data["terminates"]))
+        out.update(prefixed(f"enc/{k}", author_state(agent)))
+        saves.append(save(agent))
+        if after:
+            restore(agent, after[batches + k])
+    return out, saves
+
+
+def author_side(out: str, env_id: str, steps: int, learning_starts: int, batches: int, seed: int) -> None:
+    import gymnasium as gym
+    import torch
+
+    sys.path.insert(0, REF)  # MRQ.py imports its neighbours as `buffer`, `models`, `utils`
+    import MRQ
+
+    torch.set_num_threads(1)
+    if not torch.cuda.is_available():  # the author's buffer sizes itself by the device's free memory
+        torch.cuda.mem_get_info = lambda *_: (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),) * 2
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    env = gym.make(env_id)
+    env.action_space.seed(seed)
+    agent = MRQ.Agent(env.observation_space.shape, env.action_space.shape[0], float(env.action_space.high[0]), False,
+                      False, torch.device("cpu"), 1, {"buffer_size_before_training": learning_starts})
+    state, _ = env.reset(seed=seed)
+    for _ in range(steps):  # the author's loop (main.py's OnlineExperiment.run)
+        action = agent.select_action(np.array(state))
+        if action is None:
+            action = env.action_space.sample()
+        next_state, reward, terminated, truncated, _ = env.step(action)
+        agent.replay_buffer.add(state, action, next_state, reward, terminated, truncated)
+        state = next_state
+        agent.train()
+        if terminated or truncated:
+            state, _ = env.reset()
+
+    buf = agent.replay_buffer
+    data = {"reward_scale": np.float32(agent.reward_scale), "target_reward_scale": np.float32(agent.target_reward_scale),
+            "terminates": np.float32(buf.env_terminates), "discount": np.float32(agent.discount),
+            "max_action": np.float32(agent.max_action)}
+    data.update(prefixed("start", author_state(agent)))
+    for k in range(batches):
+        s, a, ns, r, nd = buf.sample(agent.Q_horizon, include_intermediate=False)
+        r, nd = MRQ.multi_step_reward(r, nd, agent.gammas)
+        data.update({f"rl/{k}/obs": s.numpy(), f"rl/{k}/action": a.numpy(), f"rl/{k}/next_obs": ns.numpy(),
+                     f"rl/{k}/reward": r.numpy()[:, 0], f"rl/{k}/not_done": nd.numpy()[:, 0],
+                     f"rl/{k}/noise": np.random.standard_normal(a.shape).astype(np.float32)})
+        s, a, ns, r, nd = buf.sample(agent.enc_horizon, include_intermediate=True)
+        data.update({f"enc/{k}/obs": s.numpy(), f"enc/{k}/action": a.numpy(), f"enc/{k}/next_obs": ns.numpy(),
+                     f"enc/{k}/reward": r.numpy()[..., 0], f"enc/{k}/not_done": nd.numpy()[..., 0]})
+    batch_size = data["rl/0/obs"].shape[0]
+    start = save(agent)
+    results, saves = author_updates(agent, data, batches, np.arange(batch_size))
+    data.update(prefixed("author", results))
+    restore(agent, start)  # the floor: the same updates from the same states, the rows reordered
+    data.update(prefixed("reordered", author_updates(agent, data, batches, np.random.permutation(batch_size), saves)[0]))
+    data["updates"], data["batches"] = np.int64(agent.training_steps), np.int64(batches)
+    np.savez(out, **data)
+
+
+# --- tfrl's side ----------------------------------------------------------------------------------
+# the author's module of each of tfrl's Dense layers, by the layer's name after its model's
+LAYERS = {
+    "zs": {"l1": "zs_mlp.l1", "l2": "zs_mlp.l2", "out": "zs_mlp.l3"},
+    "zsa": {"za": "za", "l1": "zsa.l1", "l2": "zsa.l2", "out": "zsa.l3"},
+    "model": {"out": "model"},
+    "policy": {"l1": "policy.l1", "l2": "policy.l2", "out": "policy.l3"},
+    "value": {f"q{k}_{ours}": f"q{k}.{theirs}" for k in (1, 2)
+              for ours, theirs in (("l1", "q1.l1"), ("l2", "q1.l2"), ("out", "q1.l3"), ("value", "q2"))},
+}
+
+
+def pairs(model, kind: str) -> list[tuple]:
+    """(tfrl variable, the author's parameter name, transposed?) for each weight of a Keras model."""
+    import keras
+
+    out = []
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.Dense):
+            module = LAYERS[kind][layer.name[len(model.name) + 1:]]
+            out += [(layer.kernel, f"{module}.weight", True), (layer.bias, f"{module}.bias", False)]
+    return out
+
+
+def encoder_pairs(encoder) -> list[tuple]:
+    return pairs(encoder.zs, "zs") + pairs(encoder.zsa, "zsa") + pairs(encoder.model, "model")
+
+
+class Queued:
+    """Stands in for the agent's tf.random.Generator: hands out the given noise in order."""
+
+    def __init__(self):
+        self.noise = []
+
+    def normal(self, shape):
+        return self.noise.pop(0)
+
+
+def relative(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-12))
+
+
+def tfrl_side(data: dict, batches: int) -> tuple[list[dict], list[dict]]:
+    import tensorflow as tf
+
+    from agents.mrq import MRQ
+    from buffers.types import Batch, Sequences
+    from networks.mrq import MRQNetworks
+
+    obs_dim, action_dim = data["rl/0/obs"].shape[1], data["rl/0/action"].shape[1]
+    high = np.full(action_dim, float(data["max_action"]), np.float32)
+    agent = MRQ((obs_dim,), MRQNetworks(), np.random.default_rng(0), action_low=-high, action_high=high)
+    agent._tf_rng = Queued()
+    # tfrl's network -> the author's module it is set from, in each kind of update
+    rl = [(agent.encoder, "encoder"), (agent.encoder_target, "encoder_target")]
+    rl_nets = [(pairs(agent.value, "value"), "value", agent.value_optimizer),
+               (pairs(agent.value_target, "value"), "value_target", None),
+               (pairs(agent.policy_net, "policy"), "policy", agent.policy_optimizer),
+               (pairs(agent.policy_target, "policy"), "policy_target", None)]
+    enc_nets = [(encoder_pairs(agent.encoder_next), "encoder", agent.encoder_optimizer),
+                (encoder_pairs(agent.encoder), "encoder_target", None)]
+    nets = rl_nets + [(encoder_pairs(e), m, None) for e, m in rl]
+
+    def set_from(prefix, targets):
+        for ps, module, optimizer in targets:
+            for var, name, transpose in ps:
+                value = data[f"{prefix}/{module}/{name}"]
+                var.assign(value.T if transpose else value)
+                if optimizer is not None:
+                    i = optimizer._get_variable_index(var)
+                    slots = {"exp_avg": optimizer._momentums[i], "exp_avg_sq": optimizer._velocities[i]}
+                    for moment, slot in slots.items():
+                        value = data[f"{prefix}/adam/{module}/{name}/{moment}"]
+                        slot.assign(value.T if transpose else value)
+                    optimizer.iterations.assign(int(data[f"{prefix}/adam/{module}/{name}/step"]))
+
+    def changes(side, prefix, before, targets):
+        row = {}
+        for ps, module, _ in targets:
+            ours = np.concatenate([((v.numpy().T if t else v.numpy()) - data[f"{before}/{module}/{n}"]).ravel()
+                                   for v, n, t in ps])
+            theirs = np.concatenate([(data[f"{side}/{prefix}/{module}/{n}"] - data[f"{before}/{module}/{n}"]).ravel()
+                                     for v, n, t in ps])
+            row[f"{module} change"] = relative(ours, theirs)
+        return row
+
+    agent.reward_scale.assign(float(data["reward_scale"]))
+    agent.target_reward_scale.assign(float(data["target_reward_scale"]))
+    ours, floor = [], []
+    for k in range(batches):
+        before = "start" if k == 0 else f"author/rl/{k - 1}"
+        set_from(before, nets)
+        agent._tf_rng.noise = [tf.constant(data[f"rl/{k}/noise"])]
+        reward, not_done = data[f"rl/{k}/reward"], data[f"rl/{k}/not_done"]
+        batch = Batch(data[f"rl/{k}/obs"], data[f"rl/{k}/action"] * float(data["max_action"]), reward,
+                      data[f"rl/{k}/next_obs"], float(data["discount"]) * not_done, np.ones_like(reward))
+        _, q, target = agent.value_update(Batch(*(tf.constant(np.asarray(x, np.float32)) for x in batch)))
+        agent.policy_update(tf.constant(batch.obs))
+        row = {"value heads": relative(q.numpy(), data[f"author/rl/{k}/q"]),
+               "value target": relative(target.numpy(), data[f"author/rl/{k}/target"])}
+        ours.append({**row, **changes("author", f"rl/{k}", before, rl_nets[::2])})
+        floor.append({"value heads": relative(data[f"reordered/rl/{k}/q"], data[f"author/rl/{k}/q"]),
+                      "value target": relative(data[f"reordered/rl/{k}/target"], data[f"author/rl/{k}/target"]),
+                      **floor_changes(data, f"rl/{k}", before, rl_nets[::2])})
+    for k in range(batches):
+        before = f"author/rl/{batches - 1}" if k == 0 else f"author/enc/{k - 1}"
+        set_from(before, enc_nets)
+        runs = Sequences(data[f"enc/{k}/obs"][:, 0], data[f"enc/{k}/action"] * float(data["max_action"]),
+                         data[f"enc/{k}/reward"], data[f"enc/{k}/next_obs"], 1.0 - data[f"enc/{k}/not_done"])
+        agent.encoder_update(Sequences(*(tf.constant(np.asarray(x, np.float32)) for x in runs)),
+                             tf.constant(float(data["terminates"])))
+        ours[k].update(changes("author", f"enc/{k}", before, enc_nets[:1]))
+        floor[k].update(floor_changes(data, f"enc/{k}", before, enc_nets[:1]))
+    return ours, floor
+
+
+def floor_changes(data: dict, prefix: str, before: str, targets) -> dict[str, float]:
+    """The author's reordered update's weight changes against the author's."""
+    row = {}
+    for ps, module, _ in targets:
+        names = [n for _, n, _ in ps]
+        reordered, theirs = (np.concatenate([(data[f"{side}/{prefix}/{module}/{n}"] - data[f"{before}/{module}/{n}"]).ravel()
+                                             for n in names]) for side in ("reordered", "author"))
+        row[f"{module} change"] = relative(reordered, theirs)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", default="Hopper-v5", help="a gymnasium env with vector observations, continuous actions")
+    parser.add_argument("--steps", type=int, default=1500, help="env steps of the author's loop before the check")
+    parser.add_argument("--learning-starts", type=int, default=1000)
+    parser.add_argument("--batches", type=int, default=3, help="updates of each kind to compare")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tolerance", type=float, default=1e-3, help="the largest relative difference that passes")
+    parser.add_argument("--author-data", metavar="NPZ",
+                        help="keep the author's side's output here, or read it from here if it exists (tfrl's side again)")
+    parser.add_argument("--author-side", nargs=1, metavar="OUT", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.author_side:
+        author_side(args.author_side[0], args.env, args.steps, args.learning_starts, args.batches, args.seed)
+        return
+    if not os.path.exists(AUTHOR_PYTHON) or not os.path.isfile(os.path.join(REF, "MRQ.py")):
+        sys.exit("the author's MR.Q is not set up: run `bash benchmarks/setup_sb3.sh` and "
+                 "`bash benchmarks/setup_author.sh mrq` once, then this again.")
+    sys.path.insert(0, ROOT)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = args.author_data or os.path.join(tmp, "author.npz")
+        if not os.path.exists(out):
+            subprocess.run([AUTHOR_PYTHON, os.path.abspath(__file__), "--author-side", out, "--env", args.env,
+                            "--steps", str(args.steps), "--learning-starts", str(args.learning_starts),
+                            "--batches", str(args.batches), "--seed", str(args.seed)], check=True)
+        data = dict(np.load(out))
+    ours, floor = tfrl_side(data, int(data["batches"]))
+    print(f"{args.env}, the author's agent after {int(data['updates'])} updates; relative difference to the author's "
+          f"update: tfrl's | the author's own with the rows reordered")
+    print(f"{'':26}" + "".join(f"{'update ' + str(k):>22}" for k in range(len(ours))))
+    for key in ours[0]:
+        print(f"{key:26}" + "".join(f"{a[key]:10.1e} | {b[key]:9.1e}" for a, b in zip(ours, floor)))
+    worst = max(max(row.values()) for row in ours)
+    same = worst <= args.tolerance
+    print(f"largest difference {worst:.1e}, tolerance {args.tolerance:g}: {'the same updates' if same else 'NOT the same updates'}")
+    sys.exit(0 if same else 1)
+
+
+if __name__ == "__main__":
+    main()
