@@ -149,8 +149,11 @@ MUTATIONS = (
     Mutation("S3", "P(X > Y) counts a tie as a loss", ST, "+ 0.5 * np.sum(x[:, None] == y)", "", STATS),
     Mutation("O1", "Adam's one kernel with beta_1 and beta_2 swapped", BASE, "beta1=beta_1, beta2=beta_2",
              "beta1=beta_2, beta2=beta_1", ADAM),
-    Mutation("O2", "every variable in Keras' ops (the one kernel never taken)", BASE,
-             "if self.amsgrad or variable.shape.num_elements() < self.ONE_KERNEL_FROM:", "if True:", ADAM),
+    Mutation("O2", "every variable in ops (the one kernel never taken)", BASE,
+             "if variable.shape.num_elements() >= self.ONE_KERNEL_FROM:", "if False:", ADAM),
+    Mutation("O3", "Adam's epsilon before the bias correction (Keras' placement, not PyTorch's)", BASE,
+             "epsilon = tf.cast(self.epsilon, dtype) * tf.sqrt(1 - beta_2_power)",
+             "epsilon = tf.cast(self.epsilon, dtype)", ADAM),
 )
 
 
