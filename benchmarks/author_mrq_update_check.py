@@ -31,7 +31,6 @@ are not covered here.
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 import subprocess
 import sys
@@ -40,6 +39,10 @@ import tempfile
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from benchmarks.update_check import (Queued, changes, dense_pairs, keras_weights, prefixed, relative, report,  # noqa: E402
+                                     set_state, sub, torch_restore, torch_save, torch_state)
 AUTHOR_PYTHON = os.path.join(ROOT, "benchmarks", ".venv-sb3", "bin", "python")
 REF = os.path.join(ROOT, "benchmarks", ".mrq-ref")
 MODULES = ("encoder", "encoder_target", "policy", "policy_target", "value", "value_target")
@@ -48,32 +51,15 @@ OPTIMIZERS = {"encoder": "encoder_optimizer", "policy": "policy_optimizer", "val
 
 # --- the author's side (SB3's venv: torch, no TensorFlow) -----------------------------------------
 def author_state(agent) -> dict[str, np.ndarray]:
-    """Every network's parameters and AdamW's state, by the author's module and parameter names."""
-    state = {}
-    for module in MODULES:
-        for name, p in getattr(agent, module).named_parameters():
-            state[f"{module}/{name}"] = p.detach().numpy().copy()
-    for module, opt_name in OPTIMIZERS.items():
-        optimizer = getattr(agent, opt_name)
-        for name, p in getattr(agent, module).named_parameters():
-            slots = optimizer.state[p]
-            state[f"adam/{module}/{name}/step"] = np.float32(slots["step"])
-            state[f"adam/{module}/{name}/exp_avg"] = slots["exp_avg"].numpy().copy()
-            state[f"adam/{module}/{name}/exp_avg_sq"] = slots["exp_avg_sq"].numpy().copy()
-    return state
-
-
-def prefixed(prefix: str, values: dict) -> dict:
-    return {f"{prefix}/{key}": value for key, value in values.items()}
+    return torch_state(agent, MODULES, OPTIMIZERS)
 
 
 def save(agent):
-    return copy.deepcopy([getattr(agent, m).state_dict() for m in MODULES + tuple(OPTIMIZERS.values())])
+    return torch_save(agent, MODULES + tuple(OPTIMIZERS.values()))
 
 
 def restore(agent, saved) -> None:
-    for m, state in zip(MODULES + tuple(OPTIMIZERS.values()), copy.deepcopy(saved)):
-        getattr(agent, m).load_state_dict(state)
+    torch_restore(agent, MODULES + tuple(OPTIMIZERS.values()), saved)
 
 
 def author_updates(agent, data: dict, batches: int, order: np.ndarray, after: list | None = None) -> tuple[dict, list]:
@@ -118,28 +104,16 @@ def author_side(out: str, env_id: str, steps: int, learning_starts: int, batches
     import gymnasium as gym
     import torch
 
-    sys.path.insert(0, REF)  # MRQ.py imports its neighbours as `buffer`, `models`, `utils`
-    import MRQ
+    from benchmarks.mrq_reference import author_agent, author_mrq, author_step
 
+    MRQ, _ = author_mrq()
     torch.set_num_threads(1)
-    if not torch.cuda.is_available():  # the author's buffer sizes itself by the device's free memory
-        torch.cuda.mem_get_info = lambda *_: (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),) * 2
-    torch.manual_seed(seed)
-    np.random.seed(seed)
     env = gym.make(env_id)
-    env.action_space.seed(seed)
-    agent = MRQ.Agent(env.observation_space.shape, env.action_space.shape[0], float(env.action_space.high[0]), False,
-                      False, torch.device("cpu"), 1, {"buffer_size_before_training": learning_starts})
+    agent = author_agent(MRQ, env, seed, learning_starts)
     state, _ = env.reset(seed=seed)
-    for _ in range(steps):  # the author's loop (main.py's OnlineExperiment.run)
-        action = agent.select_action(np.array(state))
-        if action is None:
-            action = env.action_space.sample()
-        next_state, reward, terminated, truncated, _ = env.step(action)
-        agent.replay_buffer.add(state, action, next_state, reward, terminated, truncated)
-        state = next_state
-        agent.train()
-        if terminated or truncated:
+    for _ in range(steps):
+        state, ended = author_step(agent, env, state)
+        if ended:
             state, _ = env.reset()
 
     buf = agent.replay_buffer
@@ -178,35 +152,8 @@ LAYERS = {
 }
 
 
-def pairs(model, kind: str) -> list[tuple]:
-    """(tfrl variable, the author's parameter name, transposed?) for each weight of a Keras model."""
-    import keras
-
-    out = []
-    for layer in model.layers:
-        if isinstance(layer, keras.layers.Dense):
-            module = LAYERS[kind][layer.name[len(model.name) + 1:]]
-            out += [(layer.kernel, f"{module}.weight", True), (layer.bias, f"{module}.bias", False)]
-    return out
-
-
 def encoder_pairs(encoder) -> list[tuple]:
-    return pairs(encoder.zs, "zs") + pairs(encoder.zsa, "zsa") + pairs(encoder.model, "model")
-
-
-class Queued:
-    """Stands in for the agent's tf.random.Generator: hands out the given noise in order."""
-
-    def __init__(self):
-        self.noise = []
-
-    def normal(self, shape):
-        return self.noise.pop(0)
-
-
-def relative(a, b) -> float:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-12))
+    return sum((dense_pairs(part, LAYERS[kind]) for part, kind in zip(encoder, ("zs", "zsa", "model"))), [])
 
 
 def tfrl_side(data: dict, batches: int) -> tuple[list[dict], list[dict]]:
@@ -220,78 +167,45 @@ def tfrl_side(data: dict, batches: int) -> tuple[list[dict], list[dict]]:
     high = np.full(action_dim, float(data["max_action"]), np.float32)
     agent = MRQ((obs_dim,), MRQNetworks(), np.random.default_rng(0), action_low=-high, action_high=high)
     agent._tf_rng = Queued()
-    # tfrl's network -> the author's module it is set from, in each kind of update
-    rl = [(agent.encoder, "encoder"), (agent.encoder_target, "encoder_target")]
-    rl_nets = [(pairs(agent.value, "value"), "value", agent.value_optimizer),
-               (pairs(agent.value_target, "value"), "value_target", None),
-               (pairs(agent.policy_net, "policy"), "policy", agent.policy_optimizer),
-               (pairs(agent.policy_target, "policy"), "policy_target", None)]
-    enc_nets = [(encoder_pairs(agent.encoder_next), "encoder", agent.encoder_optimizer),
-                (encoder_pairs(agent.encoder), "encoder_target", None)]
-    nets = rl_nets + [(encoder_pairs(e), m, None) for e, m in rl]
-
-    def set_from(prefix, targets):
-        for ps, module, optimizer in targets:
-            for var, name, transpose in ps:
-                value = data[f"{prefix}/{module}/{name}"]
-                var.assign(value.T if transpose else value)
-                if optimizer is not None:
-                    i = optimizer._get_variable_index(var)
-                    slots = {"exp_avg": optimizer._momentums[i], "exp_avg_sq": optimizer._velocities[i]}
-                    for moment, slot in slots.items():
-                        value = data[f"{prefix}/adam/{module}/{name}/{moment}"]
-                        slot.assign(value.T if transpose else value)
-                    optimizer.iterations.assign(int(data[f"{prefix}/adam/{module}/{name}/step"]))
-
-    def changes(side, prefix, before, targets):
-        row = {}
-        for ps, module, _ in targets:
-            ours = np.concatenate([((v.numpy().T if t else v.numpy()) - data[f"{before}/{module}/{n}"]).ravel()
-                                   for v, n, t in ps])
-            theirs = np.concatenate([(data[f"{side}/{prefix}/{module}/{n}"] - data[f"{before}/{module}/{n}"]).ravel()
-                                     for v, n, t in ps])
-            row[f"{module} change"] = relative(ours, theirs)
-        return row
-
     agent.reward_scale.assign(float(data["reward_scale"]))
     agent.target_reward_scale.assign(float(data["target_reward_scale"]))
+    # tfrl's networks under the author's modules: for value and policy the author's `encoder` is the
+    # encoder in use; for the encoder's update it is the trained copy, and its `encoder_target` the one in use
+    trained = [(dense_pairs(agent.value, LAYERS["value"]), "value", agent.value_optimizer),
+               (dense_pairs(agent.policy_net, LAYERS["policy"]), "policy", agent.policy_optimizer)]
+    rl = trained + [(dense_pairs(agent.value_target, LAYERS["value"]), "value_target", None),
+                    (dense_pairs(agent.policy_target, LAYERS["policy"]), "policy_target", None),
+                    (encoder_pairs(agent.encoder), "encoder", None),
+                    (encoder_pairs(agent.encoder_target), "encoder_target", None)]
+    enc = [(encoder_pairs(agent.encoder_next), "encoder", agent.encoder_optimizer),
+           (encoder_pairs(agent.encoder), "encoder_target", None)]
     ours, floor = [], []
     for k in range(batches):
-        before = "start" if k == 0 else f"author/rl/{k - 1}"
-        set_from(before, nets)
+        before = sub(data, "start" if k == 0 else f"author/rl/{k - 1}")
+        set_state(before, rl)
         agent._tf_rng.noise = [tf.constant(data[f"rl/{k}/noise"])]
         reward, not_done = data[f"rl/{k}/reward"], data[f"rl/{k}/not_done"]
         batch = Batch(data[f"rl/{k}/obs"], data[f"rl/{k}/action"] * float(data["max_action"]), reward,
                       data[f"rl/{k}/next_obs"], float(data["discount"]) * not_done, np.ones_like(reward))
         _, q, target = agent.value_update(Batch(*(tf.constant(np.asarray(x, np.float32)) for x in batch)))
         agent.policy_update(tf.constant(batch.obs))
-        row = {"value heads": relative(q.numpy(), data[f"author/rl/{k}/q"]),
-               "value target": relative(target.numpy(), data[f"author/rl/{k}/target"])}
-        ours.append({**row, **changes("author", f"rl/{k}", before, rl_nets[::2])})
-        floor.append({"value heads": relative(data[f"reordered/rl/{k}/q"], data[f"author/rl/{k}/q"]),
-                      "value target": relative(data[f"reordered/rl/{k}/target"], data[f"author/rl/{k}/target"]),
-                      **floor_changes(data, f"rl/{k}", before, rl_nets[::2])})
+        theirs, reordered = sub(data, f"author/rl/{k}"), sub(data, f"reordered/rl/{k}")
+        ours.append({"value heads": relative(q.numpy(), theirs["q"]), "value target": relative(target.numpy(), theirs["target"]),
+                     **changes(keras_weights(trained), theirs, before, ["value", "policy"])})
+        floor.append({"value heads": relative(reordered["q"], theirs["q"]),
+                      "value target": relative(reordered["target"], theirs["target"]),
+                      **changes(reordered, theirs, before, ["value", "policy"])})
     for k in range(batches):
-        before = f"author/rl/{batches - 1}" if k == 0 else f"author/enc/{k - 1}"
-        set_from(before, enc_nets)
+        before = sub(data, f"author/rl/{batches - 1}" if k == 0 else f"author/enc/{k - 1}")
+        set_state(before, enc)
         runs = Sequences(data[f"enc/{k}/obs"][:, 0], data[f"enc/{k}/action"] * float(data["max_action"]),
                          data[f"enc/{k}/reward"], data[f"enc/{k}/next_obs"], 1.0 - data[f"enc/{k}/not_done"])
         agent.encoder_update(Sequences(*(tf.constant(np.asarray(x, np.float32)) for x in runs)),
                              tf.constant(float(data["terminates"])))
-        ours[k].update(changes("author", f"enc/{k}", before, enc_nets[:1]))
-        floor[k].update(floor_changes(data, f"enc/{k}", before, enc_nets[:1]))
+        theirs = sub(data, f"author/enc/{k}")
+        ours[k].update(changes(keras_weights(enc[:1]), theirs, before, ["encoder"]))
+        floor[k].update(changes(sub(data, f"reordered/enc/{k}"), theirs, before, ["encoder"]))
     return ours, floor
-
-
-def floor_changes(data: dict, prefix: str, before: str, targets) -> dict[str, float]:
-    """The author's reordered update's weight changes against the author's."""
-    row = {}
-    for ps, module, _ in targets:
-        names = [n for _, n, _ in ps]
-        reordered, theirs = (np.concatenate([(data[f"{side}/{prefix}/{module}/{n}"] - data[f"{before}/{module}/{n}"]).ravel()
-                                             for n in names]) for side in ("reordered", "author"))
-        row[f"{module} change"] = relative(reordered, theirs)
-    return row
 
 
 def main() -> None:
@@ -309,28 +223,19 @@ def main() -> None:
     if args.author_side:
         author_side(args.author_side[0], args.env, args.steps, args.learning_starts, args.batches, args.seed)
         return
-    if not os.path.exists(AUTHOR_PYTHON) or not os.path.isfile(os.path.join(REF, "MRQ.py")):
-        sys.exit("the author's MR.Q is not set up: run `bash benchmarks/setup_sb3.sh` and "
-                 "`bash benchmarks/setup_author.sh mrq` once, then this again.")
-    sys.path.insert(0, ROOT)
     with tempfile.TemporaryDirectory() as tmp:
         out = args.author_data or os.path.join(tmp, "author.npz")
         if not os.path.exists(out):
+            if not os.path.exists(AUTHOR_PYTHON) or not os.path.isfile(os.path.join(REF, "MRQ.py")):
+                sys.exit("the author's MR.Q is not set up: run `bash benchmarks/setup_sb3.sh` and "
+                         "`bash benchmarks/setup_author.sh mrq` once, then this again.")
             subprocess.run([AUTHOR_PYTHON, os.path.abspath(__file__), "--author-side", out, "--env", args.env,
                             "--steps", str(args.steps), "--learning-starts", str(args.learning_starts),
                             "--batches", str(args.batches), "--seed", str(args.seed)], check=True)
         data = dict(np.load(out))
     ours, floor = tfrl_side(data, int(data["batches"]))
-    print(f"{args.env}, the author's agent after {int(data['updates'])} updates; relative difference to the author's "
-          f"update: tfrl's | the author's own with the rows reordered")
-    print(f"{'':26}" + "".join(f"{'update ' + str(k):>22}" for k in range(len(ours))))
-    for key in ours[0]:
-        print(f"{key:26}" + "".join(f"{a[key]:10.1e} | {b[key]:9.1e}" for a, b in zip(ours, floor)))
-    worst = max(max(row.values()) for row in ours)
-    same = worst <= args.tolerance
-    print(f"largest difference {worst:.1e}, tolerance {args.tolerance:g}: {'the same updates' if same else 'NOT the same updates'}")
-    sys.exit(0 if same else 1)
-
+    sys.exit(report(f"{args.env}, the author's agent after {int(data['updates'])} updates; relative difference to the "
+                    f"author's update: tfrl's | the author's own with the rows reordered", ours, floor, args.tolerance))
 
 if __name__ == "__main__":
     main()

@@ -121,27 +121,48 @@ def load(run_dir: str, agent, env) -> tuple[int, float]:
     return int(progress["t"]), float(progress["wall_time"])
 
 
+def author_agent(MRQ, env, seed: int, learning_starts: int):
+    """The author's agent for `env` as main.py makes it (vector observations, history 1, the author's
+    hyper-parameters but `buffer_size_before_training`), on the CPU, with torch's, numpy's and the
+    action space's random streams seeded."""
+    import torch
+
+    if not torch.cuda.is_available():
+        # the author's buffer asks CUDA how much memory it has to choose where its arrays live; without
+        # CUDA they live on the CPU, where the agent is
+        torch.cuda.mem_get_info = lambda *_: (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),) * 2
+    env.action_space.seed(seed)
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    discrete = hasattr(env.action_space, "n")
+    return MRQ.Agent(env.observation_space.shape, int(env.action_space.n) if discrete else env.action_space.shape[0],
+                     1.0 if discrete else float(env.action_space.high[0]), False, discrete, torch.device("cpu"),
+                     1, {"buffer_size_before_training": learning_starts})
+
+
+def author_step(agent, env, state):
+    """One step of the author's loop: the exploring policy's action (a random one until the buffer
+    holds learning_starts transitions), stored with termination and truncation apart, then
+    `agent.train()`; (the next state, whether the episode ended)."""
+    action = agent.select_action(np.array(state))
+    if action is None:
+        action = env.action_space.sample()
+    next_state, reward, terminated, truncated, _ = env.step(action)
+    agent.replay_buffer.add(state, action, next_state, reward, terminated, truncated)
+    agent.train()
+    return next_state, terminated or truncated
+
+
 def train(cfg: DictConfig, run_dir: str, MRQ, commit: str) -> dict:
     """Train the author's MR.Q as main.py's `OnlineExperiment.run` does, evaluating into run_dir/eval.csv."""
     import torch
 
     if cfg.mrq_author.threads:
         torch.set_num_threads(int(cfg.mrq_author.threads))
-    if not torch.cuda.is_available():
-        # the author's buffer asks CUDA how much memory it has to choose where its arrays live; without
-        # CUDA they live on the CPU, where the agent is
-        torch.cuda.mem_get_info = lambda *_: (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),) * 2
     seed = int(cfg.seed)
     env, eval_env = make_env(cfg), make_env(cfg, eval=True)
-    env.action_space.seed(seed)
-    torch.manual_seed(seed)
-    np.random.seed(seed)
     total, every, learning_starts = int(cfg.total_steps), int(cfg.eval_every), int(cfg.learning_starts)
-    hp = {"buffer_size_before_training": learning_starts}
-    discrete = hasattr(env.action_space, "n")
-    agent = MRQ.Agent(env.observation_space.shape, int(env.action_space.n) if discrete else env.action_space.shape[0],
-                      1.0 if discrete else float(env.action_space.high[0]), False, discrete, torch.device("cpu"),
-                      1, hp)  # main.py's arguments: vector observations, history 1
+    agent = author_agent(MRQ, env, seed, learning_starts)
     start, wall_before = load(run_dir, agent, env)
     policy = MRQPolicy(agent)
     ckpt_every = int(cfg.mrq_author.checkpoint_every)
@@ -151,14 +172,8 @@ def train(cfg: DictConfig, run_dir: str, MRQ, commit: str) -> dict:
         for t in range(start, total):
             if t % every == 0:
                 log.record(t)
-            action = agent.select_action(np.array(state))
-            if action is None:
-                action = env.action_space.sample()
-            next_state, reward, terminated, truncated, _ = env.step(action)
-            agent.replay_buffer.add(state, action, next_state, reward, terminated, truncated)
-            state = next_state
-            agent.train()
-            if terminated or truncated:
+            state, ended = author_step(agent, env, state)
+            if ended:
                 state, _ = env.reset()
                 if next_ckpt is not None and t + 1 >= next_ckpt and t + 1 < total:
                     save(run_dir, agent, t + 1, time.perf_counter() - log.t0, env)

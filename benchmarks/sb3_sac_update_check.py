@@ -42,6 +42,9 @@ import tempfile
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from benchmarks.update_check import Queued, prefixed, relative, report  # noqa: E402
 SB3_PYTHON = os.path.join(ROOT, "benchmarks", ".venv-sb3", "bin", "python")
 NETWORKS = ("actor", "critic1", "critic2", "critic1_target", "critic2_target")
 OPTIMIZERS = {"actor": ("actor",), "critic": ("critic1", "critic2"), "alpha": ("log_alpha",)}
@@ -84,10 +87,6 @@ def sb3_state(model) -> dict[str, np.ndarray]:
 
 def flat(prefix: str, tensors: dict[str, list[np.ndarray]]) -> dict[str, np.ndarray]:
     return {f"{prefix}/{net}/{i}": w for net, ws in tensors.items() for i, w in enumerate(ws)}
-
-
-def prefixed(prefix: str, values: dict) -> dict:
-    return {f"{prefix}/{key}": value for key, value in values.items()}
 
 
 def sb3_updates(model, data: dict, batches: int, order: np.ndarray, reset_to: list | None = None) -> tuple[dict, list]:
@@ -158,7 +157,6 @@ def sb3_side(out: str, checkpoint: str | None, batches: int, batch_size: int, se
     from stable_baselines3 import SAC
     from stable_baselines3.common.logger import configure
 
-    sys.path.insert(0, ROOT)
     import envs  # noqa: F401 (registers DMC-v1)
 
     torch.set_num_threads(1)
@@ -202,21 +200,6 @@ def sb3_side(out: str, checkpoint: str | None, batches: int, batch_size: int, se
 
 
 # --- tfrl's side ----------------------------------------------------------------------------------
-class Queued:
-    """Stands in for the agent's tf.random.Generator: hands out the given noise in order."""
-
-    def __init__(self, noise: list):
-        self.noise = list(noise)
-
-    def normal(self, shape):
-        return self.noise.pop(0)
-
-
-def relative(a, b) -> float:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-12))
-
-
 def unflat(data: dict, prefix: str) -> dict[str, list[np.ndarray]]:
     """The inverse of `flat`: {net: [tensors in order]} of the keys under `prefix`."""
     nets: dict[str, dict[int, np.ndarray]] = {}
@@ -307,7 +290,6 @@ def main() -> None:
         return
     if not os.path.exists(SB3_PYTHON):
         sys.exit(f"SB3's venv is missing ({SB3_PYTHON}): run `bash benchmarks/setup_sb3.sh` once, then this again.")
-    sys.path.insert(0, ROOT)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "sb3.npz")
         command = [SB3_PYTHON, os.path.abspath(__file__), "--sb3-side", out, "--batches", str(args.batches),
@@ -317,15 +299,8 @@ def main() -> None:
         subprocess.run(command, check=True)
         data = dict(np.load(out))
     ours, floor = tfrl_side(data, args.batches)
-    print("relative difference to SB3's update: tfrl's | SB3's own with the batch's rows reordered (the rounding floor)")
-    print(f"{'':22}" + "".join(f"{'update ' + str(k):>22}" for k in range(len(ours))))
-    for key in ours[0]:
-        print(f"{key:22}" + "".join(f"{a[key]:10.1e} | {b[key]:9.1e}" for a, b in zip(ours, floor)))
-    worst = max(max(row.values()) for row in ours)
-    same = worst <= args.tolerance
-    print(f"largest difference {worst:.1e}, tolerance {args.tolerance:g}: {'the same update' if same else 'NOT the same update'}")
-    sys.exit(0 if same else 1)
-
+    sys.exit(report("relative difference to SB3's update: tfrl's | SB3's own with the batch's rows reordered",
+                    ours, floor, args.tolerance))
 
 if __name__ == "__main__":
     main()

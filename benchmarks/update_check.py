@@ -1,0 +1,124 @@
+"""What the update checks share (sb3_sac_update_check.py, author_mrq_update_check.py): each runs a
+reference's update and tfrl's from the same state on the same inputs, in two processes, and
+reports per update how far tfrl's outputs and weight changes are from the reference's, beside how
+far the reference's own are when the batch's rows are reordered."""
+from __future__ import annotations
+
+import numpy as np
+
+
+class Queued:
+    """Stands in for an agent's tf.random.Generator: hands out the given noise in order."""
+
+    def __init__(self, noise: list | None = None):
+        self.noise = list(noise or [])
+
+    def normal(self, shape):
+        return self.noise.pop(0)
+
+
+def relative(a, b) -> float:
+    """|a - b| / |b| over all elements, in float64."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-12))
+
+
+def prefixed(prefix: str, values: dict) -> dict:
+    return {f"{prefix}/{key}": value for key, value in values.items()}
+
+
+def report(title: str, ours: list[dict[str, float]], floor: list[dict[str, float]], tolerance: float) -> int:
+    """Print the table of differences per update (tfrl's | the reordered reference's) and the
+    verdict; the exit code: 0 if every one of tfrl's differences is within `tolerance`."""
+    print(title)
+    width = max(len(key) for key in ours[0]) + 2
+    print(" " * width + "".join(f"{'update ' + str(k):>22}" for k in range(len(ours))))
+    for key in ours[0]:
+        print(f"{key:{width}}" + "".join(f"{a[key]:10.1e} | {b[key]:9.1e}" for a, b in zip(ours, floor)))
+    worst = max(max(row.values()) for row in ours)
+    same = worst <= tolerance
+    print(f"largest difference {worst:.1e}, tolerance {tolerance:g}: {'the same' if same else 'NOT the same'}")
+    return 0 if same else 1
+
+
+def sub(data: dict, prefix: str) -> dict:
+    """The entries of `data` under `prefix/`, without it."""
+    return {key[len(prefix) + 1:]: value for key, value in data.items() if key.startswith(prefix + "/")}
+
+
+# --- a PyTorch reference's side: its state by module and parameter names ----------------------------
+def torch_state(owner, modules: tuple[str, ...], optimizers: dict[str, str]) -> dict[str, np.ndarray]:
+    """`owner`'s modules' parameters ("<module>/<parameter>") and its Adam(W) optimizers' state
+    ("adam/<module>/<parameter>/exp_avg" and /exp_avg_sq and /step), `optimizers` naming the
+    optimizer attribute of each trained module."""
+    state = {}
+    for module in modules:
+        for name, p in getattr(owner, module).named_parameters():
+            state[f"{module}/{name}"] = p.detach().numpy().copy()
+    for module, attribute in optimizers.items():
+        optimizer = getattr(owner, attribute)
+        for name, p in getattr(owner, module).named_parameters():
+            slots = optimizer.state[p]
+            state[f"adam/{module}/{name}/step"] = np.float32(slots["step"])
+            for moment in ("exp_avg", "exp_avg_sq"):
+                state[f"adam/{module}/{name}/{moment}"] = slots[moment].numpy().copy()
+    return state
+
+
+def torch_save(owner, attributes: tuple[str, ...]):
+    import copy
+
+    return copy.deepcopy([getattr(owner, a).state_dict() for a in attributes])
+
+
+def torch_restore(owner, attributes: tuple[str, ...], saved) -> None:
+    import copy
+
+    for a, state in zip(attributes, copy.deepcopy(saved), strict=True):
+        getattr(owner, a).load_state_dict(state)
+
+
+# --- tfrl's side: its Keras variables under the reference's names ---------------------------------
+def dense_pairs(model, names: dict[str, str]) -> list[tuple]:
+    """(variable, the reference's parameter name, transposed?) for each Dense layer of a Keras
+    model, `names` mapping the layer's name after the model's ("l1") to the reference's module
+    ("zs_mlp.l1"); kernels are (in, out) where PyTorch's weights are (out, in)."""
+    import keras
+
+    out = []
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.Dense):
+            module = names[layer.name[len(model.name) + 1:]]
+            out += [(layer.kernel, f"{module}.weight", True), (layer.bias, f"{module}.bias", False)]
+    return out
+
+
+def set_state(state: dict, targets: list[tuple]) -> None:
+    """Set tfrl's variables, and with an optimizer its Adam moments and step, from the reference's
+    `state` (`torch_state`'s names); `targets` are (dense pairs, the reference's module, optimizer or None)."""
+    for pairs, module, optimizer in targets:
+        for var, name, transposed in pairs:
+            value = state[f"{module}/{name}"]
+            var.assign(value.T if transposed else value)
+            if optimizer is not None:
+                i = optimizer._get_variable_index(var)
+                for moment, slot in (("exp_avg", optimizer._momentums[i]), ("exp_avg_sq", optimizer._velocities[i])):
+                    value = state[f"adam/{module}/{name}/{moment}"]
+                    slot.assign(value.T if transposed else value)
+                optimizer.iterations.assign(int(state[f"adam/{module}/{name}/step"]))
+
+
+def keras_weights(targets: list[tuple]) -> dict[str, np.ndarray]:
+    """tfrl's variables under the reference's names and in its layout."""
+    return {f"{module}/{name}": (var.numpy().T if transposed else var.numpy())
+            for pairs, module, _ in targets for var, name, transposed in pairs}
+
+
+def changes(after: dict, reference: dict, before: dict, modules: list[str]) -> dict[str, float]:
+    """Per module, how far `after`'s change from `before` is from `reference`'s (relative)."""
+    row = {}
+    for module in modules:
+        keys = sorted(key for key in reference if key.startswith(module + "/"))
+        row[f"{module} change"] = relative(np.concatenate([(after[k] - before[k]).ravel() for k in keys]),
+                                           np.concatenate([(reference[k] - before[k]).ravel() for k in keys]))
+    return row
