@@ -5,17 +5,18 @@ encoder, Adam's moments, the value-clipping range), on the same batches and with
 policy noise, a few updates on both sides, their TD errors and weight changes compared.
 
     bash benchmarks/setup_sb3.sh && bash benchmarks/setup_author.sh td7      # once
-    uv run python benchmarks/author_td7_update_check.py       # the author's TD7 after 599 updates on Hopper-v5
+    uv run python benchmarks/author_td7_update_check.py       # the author's TD7 after 249 updates on Hopper-v5
 
 This process is tfrl's side; it runs the author's side in SB3's venv on the author's files in
 benchmarks/.td7-ref (this file, `--author-side`). That side fills the author's LAP buffer with
 `--steps` random-action transitions of the env and trains the author's agent on them with
-`--updates` calls of `train()` (two target copies at the default 599, so the fixed encoders, the
-clipping range and Adam's moments are all set), then writes its state, `--batches` batches drawn
-from its buffer and the standard-normal noise of each target action, and its state, TD errors and
-clipping range after each `train()` on them. tfrl's TD7 (agent=td7, network=sale) is set to that
-state and runs `update` eagerly on the same batches with the same noise; the first compared update
-is the author's 600th, so the actor steps in updates 0 and 2.
+`--updates` calls of `train()`, then writes its state, `--batches` batches drawn from its buffer
+and the standard-normal noise of each target action, and its state, TD errors and clipping range
+after each `train()` on them. tfrl's TD7 (agent=td7, network=sale) is set to that state and runs
+`update` eagerly on the same batches with the same noise. At the default 249 the first compared
+update is the author's 250th: its next values are clipped to the range [0, 0] the author starts
+with (so value clipping acts on every row), then the targets and fixed encoders are copied and the
+range set; the actor steps in updates 0 and 2. Later states clip few or no rows.
 
 Each update starts from the author's state after the one before. Compared per update: the TD
 errors |Q - target| (the priorities' source), the value-clipping range after the update, and per
@@ -207,7 +208,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", default="Hopper-v5", help="a gymnasium env with vector observations, continuous actions")
     parser.add_argument("--steps", type=int, default=5000, help="random-action transitions in the author's buffer")
-    parser.add_argument("--updates", type=int, default=599, help="the author's updates before the check")
+    parser.add_argument("--updates", type=int, default=249, help="the author's updates before the check")
     parser.add_argument("--batches", type=int, default=3, help="updates to compare")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tolerance", type=float, default=1e-3, help="the largest relative difference that passes")
