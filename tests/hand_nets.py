@@ -83,12 +83,12 @@ def numeric_gradient(f, weights, h=1e-6) -> list[np.ndarray]:
     return grads
 
 
-ADAM_FIRST_EPS = 1e-8 / np.sqrt(1 - 0.999)  # agents.base.adam's epsilon as Keras applies it on the first step
+ADAM_FIRST_EPS = 1e-8  # agents.base.adam's epsilon, applied as PyTorch does: to sqrt(v) after its bias correction
 
 
 def adam_first_step(grads, lr: float) -> list[np.ndarray]:
-    """Adam's first step (any beta_1, beta_2 = 0.999) for gradients `grads`: -lr * g / (|g| + eps'),
-    -lr * sign(g) where |g| is well above eps' = 3.2e-7."""
+    """Adam's first step (any beta_1 and beta_2) for gradients `grads`: -lr * g / (|g| + eps),
+    -lr * sign(g) where |g| is well above eps = 1e-8."""
     return [-lr * g / (np.abs(g) + ADAM_FIRST_EPS) for g in grads]
 
 

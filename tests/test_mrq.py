@@ -135,10 +135,11 @@ def runs_batch(rng, agent, scale, n=16):
     return tf.nest.map_structure(lambda x: np.asarray(x)[None], one)
 
 
-def adamw_first_step(w, g, lr=1e-4, wd=1e-4, beta2=0.999, eps=1e-8):
-    """Keras AdamW's first step from weights w with gradient g: the decay, then Adam's step."""
+def adamw_first_step(w, g, lr=1e-4, wd=1e-4, eps=1e-8):
+    """AdamW's first step (PyTorch's, as agents.base's) from weights w with gradient g: the decay,
+    then Adam's step, lr * g / (|g| + eps) whatever the betas."""
     w = w - lr * wd * w
-    return w - lr * g / (np.abs(g) + eps / np.sqrt(1 - beta2))
+    return w - lr * g / (np.abs(g) + eps)
 
 
 def weights(model):
