@@ -249,13 +249,14 @@ class _OneKernelAdam:
         beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
         beta_1_power, beta_2_power = tf.pow(beta_1, step), tf.pow(beta_2, step)
         lr, gradient = tf.cast(learning_rate, dtype), tf.cast(gradient, dtype)
-        epsilon = tf.cast(self.epsilon, dtype) * tf.sqrt(1 - beta_2_power)  # PyTorch's, in Keras' units
+        correction_2 = tf.sqrt(1 - beta_2_power)  # sqrt(v)'s bias correction
+        epsilon = tf.cast(self.epsilon, dtype) * correction_2  # PyTorch's, in Keras' units
         if variable.shape.num_elements() >= self.ONE_KERNEL_FROM:
             handle = [(x.value if isinstance(x, keras.Variable) else x).handle for x in (variable, m, v)]
             return tf.raw_ops.ResourceApplyAdam(
                 var=handle[0], m=handle[1], v=handle[2], beta1_power=beta_1_power, beta2_power=beta_2_power, lr=lr,
                 beta1=beta_1, beta2=beta_2, epsilon=epsilon, grad=gradient, use_locking=False)
-        alpha = lr * tf.sqrt(1 - beta_2_power) / (1 - beta_1_power)
+        alpha = lr * correction_2 / (1 - beta_1_power)
         self.assign_add(m, keras.ops.multiply(keras.ops.subtract(gradient, m), 1 - self.beta_1))
         self.assign_add(v, keras.ops.multiply(keras.ops.subtract(keras.ops.square(gradient), v), 1 - self.beta_2))
         self.assign_sub(variable, keras.ops.divide(keras.ops.multiply(m, alpha), keras.ops.add(keras.ops.sqrt(v), epsilon)))

@@ -32,18 +32,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.update_check import (Queued, changes, dense_pairs, keras_weights, prefixed, relative, report,  # noqa: E402
-                                     set_state, sub, torch_restore, torch_save, torch_state)
-AUTHOR_PYTHON = os.path.join(ROOT, "benchmarks", ".venv-sb3", "bin", "python")
+from benchmarks.update_check import (Queued, author_arguments, author_data, changes, dense_pairs,  # noqa: E402
+                                     keras_weights, prefixed, relative, report, set_state, sub, torch_restore,
+                                     torch_save, torch_state)
 REF = os.path.join(ROOT, "benchmarks", ".mrq-ref")
 MODULES = ("encoder", "encoder_target", "policy", "policy_target", "value", "value_target")
 OPTIMIZERS = {"encoder": "encoder_optimizer", "policy": "policy_optimizer", "value": "value_optimizer"}
@@ -210,32 +208,22 @@ def tfrl_side(data: dict, batches: int) -> tuple[list[dict], list[dict]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--env", default="Hopper-v5", help="a gymnasium env with vector observations, continuous actions")
     parser.add_argument("--steps", type=int, default=1500, help="env steps of the author's loop before the check")
     parser.add_argument("--learning-starts", type=int, default=1000)
-    parser.add_argument("--batches", type=int, default=3, help="updates of each kind to compare")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--tolerance", type=float, default=1e-3, help="the largest relative difference that passes")
-    parser.add_argument("--author-data", metavar="NPZ",
-                        help="keep the author's side's output here, or read it from here if it exists (tfrl's side again)")
-    parser.add_argument("--author-side", nargs=1, metavar="OUT", help=argparse.SUPPRESS)
+    author_arguments(parser, "updates of each kind to compare")
     args = parser.parse_args()
     if args.author_side:
         author_side(args.author_side[0], args.env, args.steps, args.learning_starts, args.batches, args.seed)
         return
-    with tempfile.TemporaryDirectory() as tmp:
-        out = args.author_data or os.path.join(tmp, "author.npz")
-        if not os.path.exists(out):
-            if not os.path.exists(AUTHOR_PYTHON) or not os.path.isfile(os.path.join(REF, "MRQ.py")):
-                sys.exit("the author's MR.Q is not set up: run `bash benchmarks/setup_sb3.sh` and "
-                         "`bash benchmarks/setup_author.sh mrq` once, then this again.")
-            subprocess.run([AUTHOR_PYTHON, os.path.abspath(__file__), "--author-side", out, "--env", args.env,
-                            "--steps", str(args.steps), "--learning-starts", str(args.learning_starts),
-                            "--batches", str(args.batches), "--seed", str(args.seed)], check=True)
-        data = dict(np.load(out))
+    data = author_data(__file__, args.author_data, os.path.isfile(os.path.join(REF, "MRQ.py")),
+                       "the author's MR.Q is not set up: run `bash benchmarks/setup_sb3.sh` and "
+                       "`bash benchmarks/setup_author.sh mrq` once, then this again.",
+                       ["--env", args.env, "--steps", str(args.steps), "--learning-starts", str(args.learning_starts), "--batches", str(args.batches),
+                        "--seed", str(args.seed)])
     ours, floor = tfrl_side(data, int(data["batches"]))
     sys.exit(report(f"{args.env}, the author's agent after {int(data['updates'])} updates; relative difference to the "
                     f"author's update: tfrl's | the author's own with the rows reordered", ours, floor, args.tolerance))
+
 
 if __name__ == "__main__":
     main()

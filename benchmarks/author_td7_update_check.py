@@ -28,19 +28,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.update_check import (Queued, changes, dense_pairs, keras_weights, prefixed, relative, report,  # noqa: E402
-                                     set_state, sub, torch_restore, torch_save, torch_state)
+from benchmarks.update_check import (Queued, author_arguments, author_data, changes, dense_pairs,  # noqa: E402
+                                     keras_weights, prefixed, relative, report, set_state, sub, torch_restore,
+                                     torch_save, torch_state)
 
-AUTHOR_PYTHON = os.path.join(ROOT, "benchmarks", ".venv-sb3", "bin", "python")
 REF = os.path.join(ROOT, "benchmarks", ".td7-ref")
 MODULES = ("encoder", "fixed_encoder", "fixed_encoder_target", "actor", "actor_target", "critic", "critic_target")
 OPTIMIZERS = {"encoder": "encoder_optimizer", "actor": "actor_optimizer", "critic": "critic_optimizer"}
@@ -206,29 +204,18 @@ def tfrl_side(data: dict, batches: int) -> tuple[list[dict], list[dict]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--env", default="Hopper-v5", help="a gymnasium env with vector observations, continuous actions")
     parser.add_argument("--steps", type=int, default=5000, help="random-action transitions in the author's buffer")
     parser.add_argument("--updates", type=int, default=249, help="the author's updates before the check")
-    parser.add_argument("--batches", type=int, default=3, help="updates to compare")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--tolerance", type=float, default=1e-3, help="the largest relative difference that passes")
-    parser.add_argument("--author-data", metavar="NPZ",
-                        help="keep the author's side's output here, or read it from here if it exists (tfrl's side again)")
-    parser.add_argument("--author-side", nargs=1, metavar="OUT", help=argparse.SUPPRESS)
+    author_arguments(parser, "updates to compare")
     args = parser.parse_args()
     if args.author_side:
         author_side(args.author_side[0], args.env, args.steps, args.updates, args.batches, args.seed)
         return
-    with tempfile.TemporaryDirectory() as tmp:
-        out = args.author_data or os.path.join(tmp, "author.npz")
-        if not os.path.exists(out):
-            if not os.path.exists(AUTHOR_PYTHON) or not os.path.isfile(os.path.join(REF, "TD7.py")):
-                sys.exit("the author's TD7 is not set up: run `bash benchmarks/setup_sb3.sh` and "
-                         "`bash benchmarks/setup_author.sh td7` once, then this again.")
-            subprocess.run([AUTHOR_PYTHON, os.path.abspath(__file__), "--author-side", out, "--env", args.env,
-                            "--steps", str(args.steps), "--updates", str(args.updates),
-                            "--batches", str(args.batches), "--seed", str(args.seed)], check=True)
-        data = dict(np.load(out))
+    data = author_data(__file__, args.author_data, os.path.isfile(os.path.join(REF, "TD7.py")),
+                       "the author's TD7 is not set up: run `bash benchmarks/setup_sb3.sh` and "
+                       "`bash benchmarks/setup_author.sh td7` once, then this again.",
+                       ["--env", args.env, "--steps", str(args.steps), "--updates", str(args.updates), "--batches", str(args.batches),
+                        "--seed", str(args.seed)])
     ours, floor = tfrl_side(data, int(data["batches"]))
     sys.exit(report(f"{args.env}, the author's TD7 after {int(data['start/training_steps'])} updates; relative difference to the author's "
                     f"update: tfrl's | the author's own with the rows reordered", ours, floor, args.tolerance))

@@ -152,8 +152,7 @@ MUTATIONS = (
     Mutation("O2", "every variable in ops (the one kernel never taken)", BASE,
              "if variable.shape.num_elements() >= self.ONE_KERNEL_FROM:", "if False:", ADAM),
     Mutation("O3", "Adam's epsilon before the bias correction (Keras' placement, not PyTorch's)", BASE,
-             "epsilon = tf.cast(self.epsilon, dtype) * tf.sqrt(1 - beta_2_power)",
-             "epsilon = tf.cast(self.epsilon, dtype)", ADAM),
+             "epsilon = tf.cast(self.epsilon, dtype) * correction_2", "epsilon = tf.cast(self.epsilon, dtype)", ADAM),
 )
 
 

@@ -44,8 +44,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.update_check import Queued, prefixed, relative, report  # noqa: E402
-SB3_PYTHON = os.path.join(ROOT, "benchmarks", ".venv-sb3", "bin", "python")
+from benchmarks.update_check import REFERENCE_PYTHON, Queued, prefixed, relative, report  # noqa: E402
+
 NETWORKS = ("actor", "critic1", "critic2", "critic1_target", "critic2_target")
 OPTIMIZERS = {"actor": ("actor",), "critic": ("critic1", "critic2"), "alpha": ("log_alpha",)}
 LOSSES = {"critic_loss": "critic_loss", "actor_loss": "actor_loss", "alpha_loss": "ent_coef_loss"}
@@ -288,11 +288,11 @@ def main() -> None:
         sb3_side(args.sb3_side[0], args.checkpoint, args.batches, args.batch_size, args.seed, args.fresh_adam,
                  args.sb3_as_is)
         return
-    if not os.path.exists(SB3_PYTHON):
-        sys.exit(f"SB3's venv is missing ({SB3_PYTHON}): run `bash benchmarks/setup_sb3.sh` once, then this again.")
+    if not os.path.exists(REFERENCE_PYTHON):
+        sys.exit(f"SB3's venv is missing ({REFERENCE_PYTHON}): run `bash benchmarks/setup_sb3.sh` once, then this again.")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "sb3.npz")
-        command = [SB3_PYTHON, os.path.abspath(__file__), "--sb3-side", out, "--batches", str(args.batches),
+        command = [REFERENCE_PYTHON, os.path.abspath(__file__), "--sb3-side", out, "--batches", str(args.batches),
                    "--batch-size", str(args.batch_size), "--seed", str(args.seed)]
         command += ["--checkpoint", args.checkpoint] if args.checkpoint else []
         command += [flag for flag, on in (("--fresh-adam", args.fresh_adam), ("--sb3-as-is", args.sb3_as_is)) if on]

@@ -4,7 +4,15 @@ reports per update how far tfrl's outputs and weight changes are from the refere
 far the reference's own are when the batch's rows are reordered."""
 from __future__ import annotations
 
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
 import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Queued:
@@ -122,3 +130,32 @@ def changes(after: dict, reference: dict, before: dict, modules: list[str]) -> d
         row[f"{module} change"] = relative(np.concatenate([(after[k] - before[k]).ravel() for k in keys]),
                                            np.concatenate([(reference[k] - before[k]).ravel() for k in keys]))
     return row
+
+
+# --- the two processes ------------------------------------------------------------------------------
+REFERENCE_PYTHON = os.path.join(ROOT, "benchmarks", ".venv-sb3", "bin", "python")  # setup_sb3.sh's venv
+
+
+def author_arguments(parser, batches_help: str) -> None:
+    """The arguments both author checks take: the env, how many updates, the seed, the tolerance,
+    where to keep the author's side's output, and the hidden flag that runs that side."""
+    parser.add_argument("--env", default="Hopper-v5", help="a gymnasium env with vector observations, continuous actions")
+    parser.add_argument("--batches", type=int, default=3, help=batches_help)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tolerance", type=float, default=1e-3, help="the largest relative difference that passes")
+    parser.add_argument("--author-data", metavar="NPZ",
+                        help="keep the author's side's output here, or read it from here if it exists (tfrl's side again)")
+    parser.add_argument("--author-side", nargs=1, metavar="OUT", help=argparse.SUPPRESS)
+
+
+def author_data(script: str, path: str | None, ready: bool, missing: str, arguments: list[str]) -> dict:
+    """The author's side's output: read from `path` where it exists, else written there (or to a
+    temporary file) by `script --author-side` in SB3's venv; exits with `missing` if the author's
+    code is not `ready`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = path or os.path.join(tmp, "author.npz")
+        if not os.path.exists(out):
+            if not (ready and os.path.exists(REFERENCE_PYTHON)):
+                sys.exit(missing)
+            subprocess.run([REFERENCE_PYTHON, os.path.abspath(script), "--author-side", out, *arguments], check=True)
+        return dict(np.load(out))
