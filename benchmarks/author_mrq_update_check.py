@@ -5,6 +5,7 @@ each kind on both sides, their outputs and weight changes compared.
 
     bash benchmarks/setup_sb3.sh && bash benchmarks/setup_author.sh mrq      # once
     uv run python benchmarks/author_mrq_update_check.py       # the author's MR.Q after 1500 steps of Hopper-v5
+    uv run python benchmarks/author_mrq_update_check.py --env ALE/Breakout-v5   # pixels and discrete actions
 
 This process is tfrl's side; it runs the author's side in SB3's venv on the author's files in
 benchmarks/.mrq-ref (this file, `--author-side`). That side trains the author's agent in the
@@ -25,8 +26,15 @@ network's two heads on the batch and the target (relative difference), and per n
 change of its weights by the update (|tfrl's change - the author's| / |the author's|). Beside
 each, the author's own update of the batch's rows in another order: the floor that the order of a
 sum alone sets (the frameworks' kernels round apart by more). Exits 1 where a difference exceeds
-`--tolerance`. Vector observations and continuous actions: the pixel encoder and discrete actions
-are not covered here.
+`--tolerance`.
+
+On an Atari game (`--env ALE/<Game>-v5`) the author's agent is its pixel agent with discrete actions,
+on gymnasium's AtariPreprocessing (84x84 grey, every 4th frame, no no-ops) with 4 frames stacked and
+sticky actions, the author's Atari settings; its convolutional encoder is compared (PyTorch's
+(C, H, W) layout against tfrl's (H, W, C)), and the Gumbel-softmax of the target policy and the
+policy is fed the same draws on both sides (the author's exponential draws e, tfrl's uniform
+u = exp(-e)). The batches are the buffer's frames as sampled: the author's random shift comes
+before its update, not in it, and is not compared here.
 """
 from __future__ import annotations
 
@@ -39,10 +47,12 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.update_check import (Queued, author_arguments, author_data, changes, dense_pairs,  # noqa: E402
+from benchmarks.update_check import (Queued, author_arguments, author_data, changes, layer_pairs,  # noqa: E402
                                      keras_weights, prefixed, relative, report, set_state, sub, torch_restore,
                                      torch_save, torch_state)
 REF = os.path.join(ROOT, "benchmarks", ".mrq-ref")
+GUMBEL_DRAWS = ("exponential_target", "exponential_policy")  # in the order train_rl draws them
+HISTORY = 4  # frames stacked on Atari, the author's `history`
 MODULES = ("encoder", "encoder_target", "policy", "policy_target", "value", "value_target")
 OPTIMIZERS = {"encoder": "encoder_optimizer", "policy": "policy_optimizer", "value": "value_optimizer"}
 
@@ -69,18 +79,21 @@ def author_updates(agent, data: dict, batches: int, order: np.ndarray, after: li
     out, saves = {}, []
 
     def rows(key):
-        return torch.as_tensor(data[key][order])
+        return torch.as_tensor(data[key][order]).float()
 
     for k in range(batches):
         noise = rows(f"rl/{k}/noise")
-        real = torch.randn_like
+        # the Gumbel-softmax's exponential draws (discrete actions): the target policy's, then the policy's
+        exponentials = [rows(f"rl/{k}/{draw}") for draw in GUMBEL_DRAWS if f"rl/{k}/{draw}" in data]
+        real, real_exponential = torch.randn_like, torch.Tensor.exponential_
         torch.randn_like = lambda x, **kw: noise
+        torch.Tensor.exponential_ = lambda x, *a, **kw: x.copy_(exponentials.pop(0))
         try:
             q, q_target = agent.train_rl(rows(f"rl/{k}/obs"), rows(f"rl/{k}/action"), rows(f"rl/{k}/next_obs"),
                                          rows(f"rl/{k}/reward")[:, None], rows(f"rl/{k}/not_done")[:, None],
                                          float(data["reward_scale"]), float(data["target_reward_scale"]))
         finally:
-            torch.randn_like = real
+            torch.randn_like, torch.Tensor.exponential_ = real, real_exponential
         unorder = np.argsort(order)  # the outputs in the written rows' order
         out[f"rl/{k}/q"], out[f"rl/{k}/target"] = q.detach().numpy()[unorder], q_target.detach().numpy()[unorder, 0]
         out.update(prefixed(f"rl/{k}", author_state(agent)))
@@ -106,8 +119,17 @@ def author_side(out: str, env_id: str, steps: int, learning_starts: int, batches
 
     MRQ, _ = author_mrq()
     torch.set_num_threads(1)
-    env = gym.make(env_id)
-    agent = author_agent(MRQ, env, seed, learning_starts)
+    if env_id.startswith("ALE/"):  # the author's Atari settings: 84x84 grey frames, 4 stacked, every 4th, sticky actions
+        import ale_py
+
+        gym.register_envs(ale_py)
+        env = gym.make(env_id, frameskip=1, repeat_action_probability=0.25)
+        env = gym.wrappers.FrameStackObservation(gym.wrappers.AtariPreprocessing(env, noop_max=0), HISTORY)
+        agent = author_agent(MRQ, env, seed, learning_starts, history=HISTORY)
+    else:
+        env = gym.make(env_id)
+        agent = author_agent(MRQ, env, seed, learning_starts)
+    image = np.uint8 if agent.pixel_obs else np.float32  # the author's buffer holds frames as uint8
     state, _ = env.reset(seed=seed)
     for _ in range(steps):
         state, ended = author_step(agent, env, state)
@@ -117,16 +139,21 @@ def author_side(out: str, env_id: str, steps: int, learning_starts: int, batches
     buf = agent.replay_buffer
     data = {"reward_scale": np.float32(agent.reward_scale), "target_reward_scale": np.float32(agent.target_reward_scale),
             "terminates": np.float32(buf.env_terminates), "discount": np.float32(agent.discount),
-            "max_action": np.float32(agent.max_action)}
+            "max_action": np.float32(agent.max_action), "discrete": np.bool_(agent.discrete)}
     data.update(prefixed("start", author_state(agent)))
     for k in range(batches):
         s, a, ns, r, nd = buf.sample(agent.Q_horizon, include_intermediate=False)
         r, nd = MRQ.multi_step_reward(r, nd, agent.gammas)
-        data.update({f"rl/{k}/obs": s.numpy(), f"rl/{k}/action": a.numpy(), f"rl/{k}/next_obs": ns.numpy(),
-                     f"rl/{k}/reward": r.numpy()[:, 0], f"rl/{k}/not_done": nd.numpy()[:, 0],
+        data.update({f"rl/{k}/obs": s.numpy().astype(image), f"rl/{k}/action": a.numpy(),
+                     f"rl/{k}/next_obs": ns.numpy().astype(image), f"rl/{k}/reward": r.numpy()[:, 0],
+                     f"rl/{k}/not_done": nd.numpy()[:, 0],
                      f"rl/{k}/noise": np.random.standard_normal(a.shape).astype(np.float32)})
+        if agent.discrete:
+            data.update({f"rl/{k}/{draw}": np.random.standard_exponential(a.shape).astype(np.float32)
+                         for draw in GUMBEL_DRAWS})
         s, a, ns, r, nd = buf.sample(agent.enc_horizon, include_intermediate=True)
-        data.update({f"enc/{k}/obs": s.numpy(), f"enc/{k}/action": a.numpy(), f"enc/{k}/next_obs": ns.numpy(),
+        data.update({f"enc/{k}/obs": s.numpy().astype(image), f"enc/{k}/action": a.numpy(),
+                     f"enc/{k}/next_obs": ns.numpy().astype(image),
                      f"enc/{k}/reward": r.numpy()[..., 0], f"enc/{k}/not_done": nd.numpy()[..., 0]})
     batch_size = data["rl/0/obs"].shape[0]
     start = save(agent)
@@ -142,6 +169,7 @@ def author_side(out: str, env_id: str, steps: int, learning_starts: int, batches
 # the author's module of each of tfrl's Dense layers, by the layer's name after its model's
 LAYERS = {
     "zs": {"l1": "zs_mlp.l1", "l2": "zs_mlp.l2", "out": "zs_mlp.l3"},
+    "zs_pixels": {**{f"conv{i}": f"zs_cnn{i}" for i in range(1, 5)}, "out": "zs_lin"},
     "zsa": {"za": "za", "l1": "zsa.l1", "l2": "zsa.l2", "out": "zsa.l3"},
     "model": {"out": "model"},
     "policy": {"l1": "policy.l1", "l2": "policy.l2", "out": "policy.l3"},
@@ -150,8 +178,16 @@ LAYERS = {
 }
 
 
-def encoder_pairs(encoder) -> list[tuple]:
-    return sum((dense_pairs(part, LAYERS[kind]) for part, kind in zip(encoder, ("zs", "zsa", "model"))), [])
+def encoder_pairs(encoder, pixels: bool) -> list[tuple]:
+    kinds = ("zs_pixels" if pixels else "zs", "zsa", "model")
+    return sum((layer_pairs(part, LAYERS[kind]) for part, kind in zip(encoder, kinds)), [])
+
+
+def tensors(fields) -> list:
+    """The inputs as tfrl's update takes them: frames uint8, discrete actions int32, the rest float32."""
+    import tensorflow as tf
+
+    return [tf.constant(x if x.dtype in (np.uint8, np.int32) else np.asarray(x, np.float32)) for x in fields]
 
 
 def tfrl_side(data: dict, batches: int) -> tuple[list[dict], list[dict]]:
@@ -161,32 +197,48 @@ def tfrl_side(data: dict, batches: int) -> tuple[list[dict], list[dict]]:
     from buffers.types import Batch, Sequences
     from networks.mrq import MRQNetworks
 
-    obs_dim, action_dim = data["rl/0/obs"].shape[1], data["rl/0/action"].shape[1]
-    high = np.full(action_dim, float(data["max_action"]), np.float32)
-    agent = MRQ((obs_dim,), MRQNetworks(), np.random.default_rng(0), action_low=-high, action_high=high)
+    obs, action_dim = data["rl/0/obs"], data["rl/0/action"].shape[1]
+    pixels, discrete = obs.ndim == 4, bool(data.get("discrete", False))
+    if discrete:
+        agent = MRQ(obs.shape[2:] + obs.shape[1:2] if pixels else obs.shape[1:], MRQNetworks(), np.random.default_rng(0),
+                    num_actions=action_dim)
+    else:
+        high = np.full(action_dim, float(data["max_action"]), np.float32)
+        agent = MRQ(obs.shape[1:], MRQNetworks(), np.random.default_rng(0), action_low=-high, action_high=high)
+
+    def images(x):  # the author's frames are (..., C, H, W), tfrl's (..., H, W, C)
+        return np.moveaxis(x, -3, -1) if pixels else x
+
+    def actions(a):  # the author's one-hot or in [-1, 1], tfrl's stored index or in the env's units
+        return a.argmax(-1).astype(np.int32) if discrete else a * float(data["max_action"])
     agent._tf_rng = Queued()
     agent.reward_scale.assign(float(data["reward_scale"]))
     agent.target_reward_scale.assign(float(data["target_reward_scale"]))
     # tfrl's networks under the author's modules: for value and policy the author's `encoder` is the
     # encoder in use; for the encoder's update it is the trained copy, and its `encoder_target` the one in use
-    trained = [(dense_pairs(agent.value, LAYERS["value"]), "value", agent.value_optimizer),
-               (dense_pairs(agent.policy_net, LAYERS["policy"]), "policy", agent.policy_optimizer)]
-    rl = trained + [(dense_pairs(agent.value_target, LAYERS["value"]), "value_target", None),
-                    (dense_pairs(agent.policy_target, LAYERS["policy"]), "policy_target", None),
-                    (encoder_pairs(agent.encoder), "encoder", None),
-                    (encoder_pairs(agent.encoder_target), "encoder_target", None)]
-    enc = [(encoder_pairs(agent.encoder_next), "encoder", agent.encoder_optimizer),
-           (encoder_pairs(agent.encoder), "encoder_target", None)]
+    trained = [(layer_pairs(agent.value, LAYERS["value"]), "value", agent.value_optimizer),
+               (layer_pairs(agent.policy_net, LAYERS["policy"]), "policy", agent.policy_optimizer)]
+    rl = trained + [(layer_pairs(agent.value_target, LAYERS["value"]), "value_target", None),
+                    (layer_pairs(agent.policy_target, LAYERS["policy"]), "policy_target", None),
+                    (encoder_pairs(agent.encoder, pixels), "encoder", None),
+                    (encoder_pairs(agent.encoder_target, pixels), "encoder_target", None)]
+    enc = [(encoder_pairs(agent.encoder_next, pixels), "encoder", agent.encoder_optimizer),
+           (encoder_pairs(agent.encoder, pixels), "encoder_target", None)]
     ours, floor = [], []
     for k in range(batches):
         before = sub(data, "start" if k == 0 else f"author/rl/{k - 1}")
         set_state(before, rl)
-        agent._tf_rng.noise = [tf.constant(data[f"rl/{k}/noise"])]
+        # the same draws: the target's normal noise, and for discrete actions the Gumbel noise
+        # -log(e) of the author's exponential draws e as -log(-log(u)) of uniforms u = exp(-e)
+        agent._tf_rng = Queued([tf.constant(data[f"rl/{k}/noise"])],
+                               [tf.constant(np.exp(-data[f"rl/{k}/{draw}"].astype(np.float64)).astype(np.float32))
+                                for draw in GUMBEL_DRAWS if f"rl/{k}/{draw}" in data])
         reward, not_done = data[f"rl/{k}/reward"], data[f"rl/{k}/not_done"]
-        batch = Batch(data[f"rl/{k}/obs"], data[f"rl/{k}/action"] * float(data["max_action"]), reward,
-                      data[f"rl/{k}/next_obs"], float(data["discount"]) * not_done, np.ones_like(reward))
-        _, q, target = agent.value_update(Batch(*(tf.constant(np.asarray(x, np.float32)) for x in batch)))
-        agent.policy_update(tf.constant(batch.obs))
+        batch = Batch(images(data[f"rl/{k}/obs"]), actions(data[f"rl/{k}/action"]), reward,
+                      images(data[f"rl/{k}/next_obs"]), float(data["discount"]) * not_done, np.ones_like(reward))
+        batch = Batch(*tensors(batch))
+        _, q, target = agent.value_update(batch)
+        agent.policy_update(batch.obs)
         theirs, reordered = sub(data, f"author/rl/{k}"), sub(data, f"reordered/rl/{k}")
         ours.append({"value heads": relative(q.numpy(), theirs["q"]), "value target": relative(target.numpy(), theirs["target"]),
                      **changes(keras_weights(trained), theirs, before, ["value", "policy"])})
@@ -196,10 +248,9 @@ def tfrl_side(data: dict, batches: int) -> tuple[list[dict], list[dict]]:
     for k in range(batches):
         before = sub(data, f"author/rl/{batches - 1}" if k == 0 else f"author/enc/{k - 1}")
         set_state(before, enc)
-        runs = Sequences(data[f"enc/{k}/obs"][:, 0], data[f"enc/{k}/action"] * float(data["max_action"]),
-                         data[f"enc/{k}/reward"], data[f"enc/{k}/next_obs"], 1.0 - data[f"enc/{k}/not_done"])
-        agent.encoder_update(Sequences(*(tf.constant(np.asarray(x, np.float32)) for x in runs)),
-                             tf.constant(float(data["terminates"])))
+        runs = Sequences(images(data[f"enc/{k}/obs"][:, 0]), actions(data[f"enc/{k}/action"]),
+                         data[f"enc/{k}/reward"], images(data[f"enc/{k}/next_obs"]), 1.0 - data[f"enc/{k}/not_done"])
+        agent.encoder_update(Sequences(*tensors(runs)), tf.constant(float(data["terminates"])))
         theirs = sub(data, f"author/enc/{k}")
         ours[k].update(changes(keras_weights(enc[:1]), theirs, before, ["encoder"]))
         floor[k].update(changes(sub(data, f"reordered/enc/{k}"), theirs, before, ["encoder"]))

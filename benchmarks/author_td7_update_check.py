@@ -35,7 +35,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.update_check import (Queued, author_arguments, author_data, changes, dense_pairs,  # noqa: E402
+from benchmarks.update_check import (Queued, author_arguments, author_data, changes, layer_pairs,  # noqa: E402
                                      keras_weights, prefixed, relative, report, set_state, sub, torch_restore,
                                      torch_save, torch_state)
 
@@ -156,7 +156,7 @@ LAYERS = {
 
 
 def encoder_pairs(encoder) -> list[tuple]:
-    return dense_pairs(encoder.zs, LAYERS["zs"]) + dense_pairs(encoder.zsa, LAYERS["zsa"])
+    return layer_pairs(encoder.zs, LAYERS["zs"]) + layer_pairs(encoder.zsa, LAYERS["zsa"])
 
 
 def tfrl_side(data: dict, batches: int) -> tuple[list[dict], list[dict]]:
@@ -171,12 +171,12 @@ def tfrl_side(data: dict, batches: int) -> tuple[list[dict], list[dict]]:
     agent = TD7(obs_dim, -high, high, SALE(), np.random.default_rng(0))
     agent._tf_rng = Queued()
     trained = [(encoder_pairs(agent.encoder), "encoder", agent.encoder_optimizer),
-               (dense_pairs(agent.actor, LAYERS["actor"]), "actor", agent.actor_optimizer),
-               (dense_pairs(agent.critic, LAYERS["critic"]), "critic", agent.critic_optimizer)]
+               (layer_pairs(agent.actor, LAYERS["actor"]), "actor", agent.actor_optimizer),
+               (layer_pairs(agent.critic, LAYERS["critic"]), "critic", agent.critic_optimizer)]
     targets = trained + [(encoder_pairs(agent.fixed_encoder), "fixed_encoder", None),
                          (encoder_pairs(agent.fixed_target_encoder), "fixed_encoder_target", None),
-                         (dense_pairs(agent.actor_target, LAYERS["actor"]), "actor_target", None),
-                         (dense_pairs(agent.critic_target, LAYERS["critic"]), "critic_target", None)]
+                         (layer_pairs(agent.actor_target, LAYERS["actor"]), "actor_target", None),
+                         (layer_pairs(agent.critic_target, LAYERS["critic"]), "critic_target", None)]
     scalars = {"max": agent.value_max, "min": agent.value_min, "max_target": agent.target_max,
                "min_target": agent.target_min, "training_steps": agent.updates}
     ours, floor = [], []

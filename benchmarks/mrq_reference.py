@@ -121,10 +121,11 @@ def load(run_dir: str, agent, env) -> tuple[int, float]:
     return int(progress["t"]), float(progress["wall_time"])
 
 
-def author_agent(MRQ, env, seed: int, learning_starts: int):
-    """The author's agent for `env` as main.py makes it (vector observations, history 1, the author's
-    hyper-parameters but `buffer_size_before_training`), on the CPU, with torch's, numpy's and the
-    action space's random streams seeded."""
+def author_agent(MRQ, env, seed: int, learning_starts: int, history: int = 1):
+    """The author's agent for `env` as main.py makes it (the author's hyper-parameters but
+    `buffer_size_before_training`), on the CPU, with torch's, numpy's and the action space's random
+    streams seeded. With `history` > 1 the env's observations are that many frames stacked
+    (history, H, W), as the author's Atari preprocessing gives them, and the agent is a pixel agent."""
     import torch
 
     if not torch.cuda.is_available():
@@ -135,18 +136,24 @@ def author_agent(MRQ, env, seed: int, learning_starts: int):
     torch.manual_seed(seed)
     np.random.seed(seed)
     discrete = hasattr(env.action_space, "n")
-    return MRQ.Agent(env.observation_space.shape, int(env.action_space.n) if discrete else env.action_space.shape[0],
-                     1.0 if discrete else float(env.action_space.high[0]), False, discrete, torch.device("cpu"),
-                     1, {"buffer_size_before_training": learning_starts})
+    shape = env.observation_space.shape
+    pixels = history > 1
+    return MRQ.Agent((shape[0] // history, *shape[1:]) if pixels else shape,
+                     int(env.action_space.n) if discrete else env.action_space.shape[0],
+                     1.0 if discrete else float(env.action_space.high[0]), pixels, discrete, torch.device("cpu"),
+                     history, {"buffer_size_before_training": learning_starts})
 
 
 def author_step(agent, env, state):
     """One step of the author's loop: the exploring policy's action (a random one until the buffer
     holds learning_starts transitions), stored with termination and truncation apart, then
-    `agent.train()`; (the next state, whether the episode ended)."""
+    `agent.train()`; (the next state, whether the episode ended). A random discrete action is
+    stored as a Python int: the author's buffer one-hot encodes ints only, and stores gymnasium
+    1.x's np.int64 sample a as the vector (a, a, ..., a) (docs/algorithms.md, MR.Q)."""
     action = agent.select_action(np.array(state))
     if action is None:
         action = env.action_space.sample()
+        action = int(action) if agent.discrete else action
     next_state, reward, terminated, truncated, _ = env.step(action)
     agent.replay_buffer.add(state, action, next_state, reward, terminated, truncated)
     agent.train()

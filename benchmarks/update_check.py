@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -16,13 +18,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Queued:
-    """Stands in for an agent's tf.random.Generator: hands out the given noise in order."""
+    """Stands in for an agent's tf.random.Generator: hands out the given draws in order, normal
+    ones from `noise`, uniform ones from `uniforms`."""
 
-    def __init__(self, noise: list | None = None):
-        self.noise = list(noise or [])
+    def __init__(self, noise: list | None = None, uniforms: list | None = None):
+        self.noise, self.uniforms = list(noise or []), list(uniforms or [])
 
     def normal(self, shape):
         return self.noise.pop(0)
+
+    def uniform(self, shape, minval=0.0, maxval=1.0):
+        return self.uniforms.pop(0)
 
 
 def relative(a, b) -> float:
@@ -87,39 +93,64 @@ def torch_restore(owner, attributes: tuple[str, ...], saved) -> None:
 
 
 # --- tfrl's side: its Keras variables under the reference's names ---------------------------------
-def dense_pairs(model, names: dict[str, str]) -> list[tuple]:
-    """(variable, the reference's parameter name, transposed?) for each Dense layer of a Keras
+class Layout(NamedTuple):
+    """How a PyTorch parameter's array maps onto its Keras variable's, and back."""
+
+    to_keras: Callable[[np.ndarray], np.ndarray]
+    to_torch: Callable[[np.ndarray], np.ndarray]
+
+
+AS_IS = Layout(lambda x: x, lambda x: x)
+DENSE = Layout(np.transpose, np.transpose)  # Keras' kernels are (in, out), PyTorch's weights (out, in)
+CONV = Layout(lambda w: w.transpose(2, 3, 1, 0), lambda k: k.transpose(3, 2, 0, 1))  # (kh, kw, in, out) | (out, in, kh, kw)
+
+
+def after_flatten(height: int, width: int, channels: int) -> Layout:
+    """A Dense layer on flattened feature maps: Keras flattens (H, W, C), PyTorch (C, H, W)."""
+    def to_keras(w):
+        return w.reshape(-1, channels, height, width).transpose(2, 3, 1, 0).reshape(height * width * channels, -1)
+
+    def to_torch(k):
+        return k.reshape(height, width, channels, -1).transpose(3, 2, 0, 1).reshape(-1, channels * height * width)
+    return Layout(to_keras, to_torch)
+
+
+def layer_pairs(model, names: dict[str, str]) -> list[tuple]:
+    """(variable, the reference's parameter name, Layout) for each Dense and Conv2D layer of a Keras
     model, `names` mapping the layer's name after the model's ("l1") to the reference's module
-    ("zs_mlp.l1"); kernels are (in, out) where PyTorch's weights are (out, in)."""
+    ("zs_mlp.l1"). A model's layers are in the order they compute, so a Dense layer right after a
+    Flatten reads the feature maps that Flatten took."""
     import keras
 
-    out = []
+    out, flattened = [], None
     for layer in model.layers:
-        if isinstance(layer, keras.layers.Dense):
+        if isinstance(layer, keras.layers.Flatten):
+            flattened = after_flatten(*layer.input.shape[1:])
+            continue
+        if isinstance(layer, (keras.layers.Dense, keras.layers.Conv2D)):
             module = names[layer.name[len(model.name) + 1:]]
-            out += [(layer.kernel, f"{module}.weight", True), (layer.bias, f"{module}.bias", False)]
+            kernel = CONV if isinstance(layer, keras.layers.Conv2D) else flattened or DENSE
+            out += [(layer.kernel, f"{module}.weight", kernel), (layer.bias, f"{module}.bias", AS_IS)]
+        flattened = None
     return out
 
 
 def set_state(state: dict, targets: list[tuple]) -> None:
     """Set tfrl's variables, and with an optimizer its Adam moments and step, from the reference's
-    `state` (`torch_state`'s names); `targets` are (dense pairs, the reference's module, optimizer or None)."""
+    `state` (`torch_state`'s names); `targets` are (layer pairs, the reference's module, optimizer or None)."""
     for pairs, module, optimizer in targets:
-        for var, name, transposed in pairs:
-            value = state[f"{module}/{name}"]
-            var.assign(value.T if transposed else value)
+        for var, name, layout in pairs:
+            var.assign(layout.to_keras(state[f"{module}/{name}"]))
             if optimizer is not None:
                 i = optimizer._get_variable_index(var)
                 for moment, slot in (("exp_avg", optimizer._momentums[i]), ("exp_avg_sq", optimizer._velocities[i])):
-                    value = state[f"adam/{module}/{name}/{moment}"]
-                    slot.assign(value.T if transposed else value)
+                    slot.assign(layout.to_keras(state[f"adam/{module}/{name}/{moment}"]))
                 optimizer.iterations.assign(int(state[f"adam/{module}/{name}/step"]))
 
 
 def keras_weights(targets: list[tuple]) -> dict[str, np.ndarray]:
     """tfrl's variables under the reference's names and in its layout."""
-    return {f"{module}/{name}": (var.numpy().T if transposed else var.numpy())
-            for pairs, module, _ in targets for var, name, transposed in pairs}
+    return {f"{module}/{name}": layout.to_torch(var.numpy()) for pairs, module, _ in targets for var, name, layout in pairs}
 
 
 def changes(after: dict, reference: dict, before: dict, modules: list[str]) -> dict[str, float]:
@@ -139,7 +170,8 @@ REFERENCE_PYTHON = os.path.join(ROOT, "benchmarks", ".venv-sb3", "bin", "python"
 def author_arguments(parser, batches_help: str) -> None:
     """The arguments both author checks take: the env, how many updates, the seed, the tolerance,
     where to keep the author's side's output, and the hidden flag that runs that side."""
-    parser.add_argument("--env", default="Hopper-v5", help="a gymnasium env with vector observations, continuous actions")
+    parser.add_argument("--env", default="Hopper-v5", help="a gymnasium env with vector observations and continuous actions "
+                        "(the MR.Q check also takes an Atari game, ALE/<Game>-v5)")
     parser.add_argument("--batches", type=int, default=3, help=batches_help)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tolerance", type=float, default=1e-3, help="the largest relative difference that passes")
@@ -148,14 +180,15 @@ def author_arguments(parser, batches_help: str) -> None:
     parser.add_argument("--author-side", nargs=1, metavar="OUT", help=argparse.SUPPRESS)
 
 
-def author_data(script: str, path: str | None, ready: bool, missing: str, arguments: list[str]) -> dict:
-    """The author's side's output: read from `path` where it exists, else written there (or to a
-    temporary file) by `script --author-side` in SB3's venv; exits with `missing` if the author's
-    code is not `ready`."""
+def author_data(script: str, path: str | None, ready: bool, missing: str, arguments: list[str],
+                flag: str = "--author-side") -> dict:
+    """The reference's side's output: read from `path` where it exists, else written there (or to a
+    temporary file) by `script <flag>` in SB3's venv; exits with `missing` if the reference's code
+    is not `ready` or SB3's venv is missing."""
     with tempfile.TemporaryDirectory() as tmp:
         out = path or os.path.join(tmp, "author.npz")
         if not os.path.exists(out):
             if not (ready and os.path.exists(REFERENCE_PYTHON)):
                 sys.exit(missing)
-            subprocess.run([REFERENCE_PYTHON, os.path.abspath(script), "--author-side", out, *arguments], check=True)
+            subprocess.run([REFERENCE_PYTHON, os.path.abspath(script), flag, out, *arguments], check=True)
         return dict(np.load(out))

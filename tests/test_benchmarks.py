@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -395,3 +396,30 @@ def test_mutations_runs_a_declared_mutation_and_refuses_unknown_names(tmp_path):
     assert "max_reset_every: 0" in open(os.path.join(ROOT, "conf", "buffer", "mrq.yaml")).read()
     bad = subprocess.run([*cmd, "--only", "NOPE"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "unknown mutation names" in bad.stderr
+
+
+def test_update_checks_set_keras_layers_from_pytorch_parameters_in_pytorchs_meaning():
+    """The update checks' layouts: a Conv2D, Flatten and Dense model set from PyTorch-layout
+    parameters computes what PyTorch's Conv2d, flatten (C, H, W) and Linear compute, and reads back
+    as the same parameters."""
+    import keras
+
+    from benchmarks.update_check import keras_weights, layer_pairs, set_state
+
+    rng = np.random.default_rng(0)
+    params = {"net/c.weight": rng.normal(size=(3, 2, 3, 3)), "net/c.bias": rng.normal(size=3),
+              "net/d.weight": rng.normal(size=(4, 3 * 3 * 3)), "net/d.bias": rng.normal(size=4)}
+    params = {k: v.astype(np.float32) for k, v in params.items()}
+    x = rng.normal(size=(2, 5, 5)).astype(np.float32)  # (C, H, W)
+    conv = np.array([[[np.sum(params["net/c.weight"][o] * x[:, i:i + 3, j:j + 3]) for j in range(3)]
+                      for i in range(3)] for o in range(3)]) + params["net/c.bias"][:, None, None]
+    expected = params["net/d.weight"] @ conv.ravel() + params["net/d.bias"]  # PyTorch's flatten: (C, H, W)
+
+    inputs = keras.Input((5, 5, 2))
+    h = keras.layers.Flatten(name="m_flat")(keras.layers.Conv2D(3, 3, name="m_conv1")(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(4, name="m_out")(h), name="m")
+    targets = [(layer_pairs(model, {"conv1": "c", "out": "d"}), "net", None)]
+    set_state(params, targets)
+    np.testing.assert_allclose(model(x.transpose(1, 2, 0)[None]).numpy()[0], expected, rtol=1e-5, atol=1e-5)
+    for key, value in keras_weights(targets).items():
+        np.testing.assert_array_equal(value, params[key])
