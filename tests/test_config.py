@@ -168,6 +168,9 @@ def test_tuned_presets_apply_to_their_pair_only_and_yield_to_the_command_line(ma
     assert make_cfg("agent=dqn", "env=gridworld").gamma == 0.9
     assert make_cfg("agent=td3", "env=pendulum").batch_size == 256
     assert make_cfg("agent=dqn", "env=gridworld", "env.mode=random").env.kwargs.mode == "random"
+    # MR.Q's DMC preset: the author's action repeat of 2 from states; other agents keep env=dmc's own
+    assert make_cfg("agent=mrq", "env=dmc").env.kwargs.action_repeat == 2
+    assert make_cfg("agent=sac", "env=dmc").env.kwargs.action_repeat is None
 
 
 def test_warnings_name_settings_that_run_but_never_learn(make_cfg):
