@@ -124,8 +124,8 @@ def load(run_dir: str, agent, env) -> tuple[int, float]:
 def author_agent(MRQ, env, seed: int, learning_starts: int, history: int = 1):
     """The author's agent for `env` as main.py makes it (the author's hyper-parameters but
     `buffer_size_before_training`), on the CPU, with torch's, numpy's and the action space's random
-    streams seeded. With `history` > 1 the env's observations are that many frames stacked
-    (history, H, W), as the author's Atari preprocessing gives them, and the agent is a pixel agent."""
+    streams seeded. Image observations (C, H, W) make it a pixel agent, their channels `history`
+    frames stacked, as the author's Atari and DMC preprocessing give them."""
     import torch
 
     if not torch.cuda.is_available():
@@ -137,7 +137,7 @@ def author_agent(MRQ, env, seed: int, learning_starts: int, history: int = 1):
     np.random.seed(seed)
     discrete = hasattr(env.action_space, "n")
     shape = env.observation_space.shape
-    pixels = history > 1
+    pixels = len(shape) == 3
     return MRQ.Agent((shape[0] // history, *shape[1:]) if pixels else shape,
                      int(env.action_space.n) if discrete else env.action_space.shape[0],
                      1.0 if discrete else float(env.action_space.high[0]), pixels, discrete, torch.device("cpu"),
