@@ -47,7 +47,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.update_check import (Queued, author_arguments, author_data, changes, layer_pairs,  # noqa: E402
+from benchmarks.update_check import (Queued, author_arguments, reference_data, changes, layer_pairs,  # noqa: E402
                                      keras_weights, prefixed, relative, report, set_state, sub, torch_restore,
                                      torch_save, torch_state)
 REF = os.path.join(ROOT, "benchmarks", ".mrq-ref")
@@ -266,7 +266,7 @@ def main() -> None:
     if args.author_side:
         author_side(args.author_side[0], args.env, args.steps, args.learning_starts, args.batches, args.seed)
         return
-    data = author_data(__file__, args.author_data, os.path.isfile(os.path.join(REF, "MRQ.py")),
+    data = reference_data(__file__, args.author_data, os.path.isfile(os.path.join(REF, "MRQ.py")),
                        "the author's MR.Q is not set up: run `bash benchmarks/setup_sb3.sh` and "
                        "`bash benchmarks/setup_author.sh mrq` once, then this again.",
                        ["--env", args.env, "--steps", str(args.steps), "--learning-starts", str(args.learning_starts), "--batches", str(args.batches),

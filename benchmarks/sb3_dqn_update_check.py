@@ -33,7 +33,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.update_check import (REFERENCE_PYTHON, author_data, changes, keras_weights, layer_pairs, prefixed, relative,  # noqa: E402
+from benchmarks.update_check import (SB3_MISSING, reference_data, changes, keras_weights, layer_pairs, prefixed, relative,  # noqa: E402
                                      report, set_state, sub, torch_state)
 
 MODULES = ("q_net", "q_net_target")
@@ -165,10 +165,9 @@ def main() -> None:
     if args.sb3_side:
         sb3_side(args.sb3_side[0], args.env, args.steps, args.learning_starts, args.batches, args.seed)
         return
-    data = author_data(__file__, args.sb3_data, True,
-                       f"SB3's venv is missing ({REFERENCE_PYTHON}): run `bash benchmarks/setup_sb3.sh` once, then this again.",
-                       ["--env", args.env, "--steps", str(args.steps), "--learning-starts", str(args.learning_starts),
-                        "--batches", str(args.batches), "--seed", str(args.seed)], flag="--sb3-side")
+    data = reference_data(__file__, args.sb3_data, True, SB3_MISSING,
+                          ["--env", args.env, "--steps", str(args.steps), "--learning-starts", str(args.learning_starts),
+                           "--batches", str(args.batches), "--seed", str(args.seed)], flag="--sb3-side")
     ours, floor = tfrl_side(data, int(data["batches"]))
     sys.exit(report(f"{args.env}, SB3's DQN after {int(data['updates'])} updates; relative difference to SB3's update: "
                     f"tfrl's | SB3's own with the rows reordered", ours, floor, args.tolerance))

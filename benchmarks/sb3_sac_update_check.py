@@ -35,16 +35,14 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.update_check import REFERENCE_PYTHON, Queued, prefixed, relative, report  # noqa: E402
+from benchmarks.update_check import SB3_MISSING, Queued, prefixed, reference_data, relative, report  # noqa: E402
 
 NETWORKS = ("actor", "critic1", "critic2", "critic1_target", "critic2_target")
 OPTIMIZERS = {"actor": ("actor",), "critic": ("critic1", "critic2"), "alpha": ("log_alpha",)}
@@ -288,16 +286,10 @@ def main() -> None:
         sb3_side(args.sb3_side[0], args.checkpoint, args.batches, args.batch_size, args.seed, args.fresh_adam,
                  args.sb3_as_is)
         return
-    if not os.path.exists(REFERENCE_PYTHON):
-        sys.exit(f"SB3's venv is missing ({REFERENCE_PYTHON}): run `bash benchmarks/setup_sb3.sh` once, then this again.")
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "sb3.npz")
-        command = [REFERENCE_PYTHON, os.path.abspath(__file__), "--sb3-side", out, "--batches", str(args.batches),
-                   "--batch-size", str(args.batch_size), "--seed", str(args.seed)]
-        command += ["--checkpoint", args.checkpoint] if args.checkpoint else []
-        command += [flag for flag, on in (("--fresh-adam", args.fresh_adam), ("--sb3-as-is", args.sb3_as_is)) if on]
-        subprocess.run(command, check=True)
-        data = dict(np.load(out))
+    arguments = ["--batches", str(args.batches), "--batch-size", str(args.batch_size), "--seed", str(args.seed)]
+    arguments += ["--checkpoint", args.checkpoint] if args.checkpoint else []
+    arguments += [flag for flag, on in (("--fresh-adam", args.fresh_adam), ("--sb3-as-is", args.sb3_as_is)) if on]
+    data = reference_data(__file__, None, True, SB3_MISSING, arguments, flag="--sb3-side")
     ours, floor = tfrl_side(data, args.batches)
     sys.exit(report("relative difference to SB3's update: tfrl's | SB3's own with the batch's rows reordered",
                     ours, floor, args.tolerance))

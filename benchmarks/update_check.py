@@ -1,4 +1,4 @@
-"""What the update checks share (sb3_sac_update_check.py, author_mrq_update_check.py): each runs a
+"""What the update checks share (sb3_sac_, sb3_dqn_, author_td7_ and author_mrq_update_check.py): each runs a
 reference's update and tfrl's from the same state on the same inputs, in two processes, and
 reports per update how far tfrl's outputs and weight changes are from the reference's, beside how
 far the reference's own are when the batch's rows are reordered."""
@@ -165,6 +165,7 @@ def changes(after: dict, reference: dict, before: dict, modules: list[str]) -> d
 
 # --- the two processes ------------------------------------------------------------------------------
 REFERENCE_PYTHON = os.path.join(ROOT, "benchmarks", ".venv-sb3", "bin", "python")  # setup_sb3.sh's venv
+SB3_MISSING = f"SB3's venv is missing ({REFERENCE_PYTHON}): run `bash benchmarks/setup_sb3.sh` once, then this again."
 
 
 def author_arguments(parser, batches_help: str) -> None:
@@ -180,7 +181,7 @@ def author_arguments(parser, batches_help: str) -> None:
     parser.add_argument("--author-side", nargs=1, metavar="OUT", help=argparse.SUPPRESS)
 
 
-def author_data(script: str, path: str | None, ready: bool, missing: str, arguments: list[str],
+def reference_data(script: str, path: str | None, ready: bool, missing: str, arguments: list[str],
                 flag: str = "--author-side") -> dict:
     """The reference's side's output: read from `path` where it exists, else written there (or to a
     temporary file) by `script <flag>` in SB3's venv; exits with `missing` if the reference's code
