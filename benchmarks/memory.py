@@ -165,7 +165,8 @@ def buffer_layout(overrides: list[str], sb3: bool = False) -> dict:
     from hydra import compose, initialize_config_dir
 
     from envs.factory import make_env
-    from training.builder import build_buffer, frame_stack
+    from training.builder import build_buffer
+    from training.config import frame_stack
 
     with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
         cfg = compose("config", overrides=overrides)

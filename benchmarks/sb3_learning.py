@@ -184,11 +184,12 @@ def make_env(cfg: DictConfig, eval: bool = False) -> gym.Env:
     """The env train.py makes: its frames stacked (env.frame_stack), `env.eval_kwargs` over
     `env.kwargs` for evaluation (Atari's whole games and unclipped scores)."""
     from envs.factory import make_env as make
+    from training.config import frame_stack
 
     limit = (cfg.env.get("eval_max_episode_steps") if eval else None) or cfg.env.max_episode_steps
     kwargs = {**cfg.env.kwargs, **(cfg.env.get("eval_kwargs") or {} if eval else {})}
     return make(cfg.env.id, int(cfg.seed), max_episode_steps=limit, kwargs=kwargs,
-                frame_stack=int(cfg.env.get("frame_stack", 1)))
+                frame_stack=frame_stack(cfg))
 
 
 def conv_features(net: dict, image_shape: tuple[int, int, int]):

@@ -173,6 +173,24 @@ def test_tuned_presets_apply_to_their_pair_only_and_yield_to_the_command_line(ma
     assert make_cfg("agent=sac", "env=dmc").env.kwargs.action_repeat is None
 
 
+@pytest.mark.parametrize("overrides,obs_shape,stack,pad", [
+    # the author's DmcHyperparameters.visual_history and pixel_augs
+    (["agent=mrq", "env=dmc", "env.pixels=true"], (84, 84, 9), 3, 4),
+    (["agent=mrq", "env=dmc"], (17,), 1, None),
+    (["agent=mrq", "env=atari"], (84, 84, 4), 4, 4),
+    (["agent=mrq", "env=hopper"], (11,), 1, None),
+    (["agent=sac", "env=dmc", "env.pixels=true", "network=nature_cnn"], (84, 84, 9), 3, None),  # shifts on request
+    (["agent=mrq", "env=dmc", "env.pixels=true", "env.frame_stack=1", "network.random_shift=0"], (84, 84, 3), 1, None),
+])
+def test_pixel_defaults_follow_the_observations(make_cfg, overrides, obs_shape, stack, pad):
+    from training.builder import random_shift
+    from training.config import frame_stack
+
+    cfg = make_cfg(*overrides)
+    shift = random_shift(cfg, obs_shape)
+    assert frame_stack(cfg) == stack and (shift.pad if shift else None) == pad
+
+
 def test_warnings_name_settings_that_run_but_never_learn(make_cfg):
     from training.config import warnings
 

@@ -128,7 +128,7 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
         (["agent=sac", "env=dmc", "env.domain=walker", "env.task=jump"], "the DeepMind Control domain 'walker' has no "
                                                                           "task 'jump'; its tasks are run, stand, walk"),
         (["agent=dqn", "env=dmc"], "DQN needs a discrete action space, but DMC-v1 has action space Box("),
-        (["agent=sac", "env=dmc", "env.pixels=true"], "DMC-v1 gives image observations of shape (84, 84, 3), but the "
+        (["agent=sac", "env=dmc", "env.pixels=true"], "DMC-v1 gives image observations of shape (84, 84, 9), but the "
                                                       "network (networks.mlp.mlp) is a dense one"),
         (["agent=sac", "env=dmc", "env.action_repeat=0"], "env.action_repeat must be an integer >= 1 (or null: 2 with "
                                                           "pixels, 1 from states), got 0"),

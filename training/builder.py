@@ -21,7 +21,7 @@ from buffers.prioritized import PrioritizedReplay
 from buffers.types import Buffer
 from envs.factory import check_action_space, make_env, make_vector_env
 from networks.normalization import RunningNormalizer
-from training.config import ConfigError, unshardable, validate
+from training.config import ConfigError, frame_stack, unshardable, validate
 from training.driven import GraphDriver
 from training.evolution import EvolutionSettings, GenerationResult, generation_in_graph, run_generation
 from training.loop import LoopSettings
@@ -117,13 +117,19 @@ def network_node(cfg: DictConfig) -> DictConfig:
     return node
 
 
+AUTO_SHIFT = 4  # DrQ's and MR.Q's pad on 84x84 images
+
+
 def random_shift(cfg: DictConfig, obs_shape: tuple[int, ...]) -> RandomShift | None:
-    """DrQ's random shift of image batches by up to `network.random_shift` pixels (0: none), its
-    offsets drawn from a stream of the run's seed of their own."""
+    """DrQ's random shift of image batches by up to `network.random_shift` pixels (0: none; auto:
+    4 on images and none on vectors, as MR.Q's author's `pixel_augs`), its offsets drawn from a
+    stream of the run's seed of their own."""
     pad = cfg.network.get("random_shift", 0)
+    if pad == "auto":
+        pad = AUTO_SHIFT if len(obs_shape) == 3 else 0
     if isinstance(pad, bool) or not isinstance(pad, int) or pad < 0:
         raise ConfigError(f"network.random_shift must be an integer >= 0 (pixels of shift each way; DrQ's is 4 on "
-                          f"84x84 images, 0 turns it off), got {pad!r}")
+                          f"84x84 images, 0 turns it off) or auto (4 on images, 0 on vectors), got {pad!r}")
     if pad and len(obs_shape) != 3:
         raise ConfigError(f"network.random_shift={pad} shifts images, but this env's observations are vectors of "
                           f"shape {obs_shape}. Set network.random_shift=0.")
@@ -378,15 +384,6 @@ def build_buffer(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space,
         obs_dtype=obs_space.dtype,
         frame_stack=frame_stack(cfg),
     )
-
-
-def frame_stack(cfg: DictConfig) -> int:
-    """Frames per observation (env.frame_stack: 4 for Atari; 1, or absent, for the rest)."""
-    value = cfg.env.get("frame_stack", 1)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"env.frame_stack must be an integer >= 1 (4 for Atari: the last 4 frames make an "
-                          f"observation), got {value!r}")
-    return value
 
 
 def population_settings(cfg: DictConfig, episodes: int) -> EvolutionSettings:
