@@ -121,6 +121,7 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
         (["agent=dqn", "env=minatar", "network=nature_cnn"], "network.convs layer 1 (4x4) does not fit its 1x1 input"),
         (["agent=dqn", "env=minatar", "network.convs=[[16,3]]"], "network.convs must be a non-empty list of [filters, "),
         (["agent=dqn", "env=minatar", "env.frame_stack=0"], "env.frame_stack must be an integer >= 1"),
+        (["agent=dqn", "env=atari", "env.frame_stack=null"], "null on env=dmc: 3 with pixels, 1 from states), got None"),
         (["agent=dqn", "env=minatar", "network.obs_norm=true"], "network.obs_norm=true keeps running statistics of "
                                                                 "vector observations"),
         (["agent=sac", "env=dmc", "env.domain=walkr"], "the DeepMind Control suite has no domain 'walkr'; its domains are "

@@ -52,8 +52,8 @@ def frame_stack(cfg: DictConfig) -> int:
     """Frames per observation (env.frame_stack: 4 for Atari; null for env=dmc: 3 with pixels, 1 from
     states; 1, or absent, for the rest)."""
     value = cfg.env.get("frame_stack", 1)
-    if value is None:
-        value = PIXEL_FRAME_STACK if cfg.env.get("pixels", False) else 1
+    if value is None and "pixels" in cfg.env:  # an env that renders on request (env=dmc)
+        value = PIXEL_FRAME_STACK if cfg.env.pixels else 1
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"env.frame_stack must be an integer >= 1 (4 for Atari: the last 4 frames make an "
                           f"observation; null on env=dmc: 3 with pixels, 1 from states), got {value!r}")
