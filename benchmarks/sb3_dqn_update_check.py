@@ -1,12 +1,13 @@
-"""Check that tfrl's DQN update on Atari computes what Stable-Baselines3's `DQN.train()` computes:
-from the same state (the Nature CNN's weights, its target and Adam's moments), on the same
-minibatches of stacked frames, a few updates on each side, their losses and weight changes compared.
+"""Check that tfrl's DQN update on Atari or MinAtar computes what Stable-Baselines3's `DQN.train()`
+computes: from the same state (the CNN's weights, its target and Adam's moments), on the same
+minibatches of frames, a few updates on each side, their losses and weight changes compared.
 The pixel path end to end: uint8 frames scaled to [0, 1], the convolutions (PyTorch's (C, H, W)
 layout against tfrl's (H, W, C), and the flattening between them), the max over the target's
 Q-values, the Huber loss, the gradient clip at norm 10 and Adam.
 
     bash benchmarks/setup_sb3.sh                           # once
     uv run python benchmarks/sb3_dqn_update_check.py       # SB3's DQN after 2500 steps of Breakout
+    uv run python benchmarks/sb3_dqn_update_check.py --env MinAtar/breakout    # the minatar_dqn study's SB3 side
 
 This process is tfrl's side; it runs SB3's side in SB3's venv (this file, `--sb3-side`). That side
 trains SB3's DQN with the RL Zoo's Atari settings (conf/tuned/dqn_atari.yaml: the Nature CNN, lr
@@ -16,6 +17,11 @@ those of a few hundred updates), then writes its state, `--batches` minibatches 
 buffer (terminated where the episode ended, life losses included, as SB3 stores them) and its
 loss and state after each update. tfrl's DQN (agent=dqn network=nature_cnn, plain DQN) is set to
 that state and runs its update eagerly. Each update starts from SB3's state after the one before.
+
+On MinAtar (`--env MinAtar/<game>`) both sides are the minatar_dqn study's: SB3's DQN as
+benchmarks/sb3_learning.py builds it from `agent=dqn env=minatar` (the MinAtar paper's settings,
+conf/tuned/dqn_minatar.yaml; the MinAtar CNN as SB3's features extractor and its dense layers as
+SB3's net_arch) on this project's MinAtar env, and tfrl's DQN as train.py builds it from that config.
 
 Compared per update: the loss, and the change of the online network's weights by the update
 (|tfrl's change - SB3's| / |SB3's|); beside each, SB3's own update of the batch's rows in another
@@ -40,6 +46,9 @@ MODULES = ("q_net", "q_net_target")
 # SB3's module of each of tfrl's layers (conv_net's names after the model's): NatureCNN, then the Q head
 LAYERS = {"conv0": "features_extractor.cnn.0", "conv1": "features_extractor.cnn.2",
           "conv2": "features_extractor.cnn.4", "h0": "features_extractor.linear.0", "out": "q_net.0"}
+# on MinAtar: sb3_learning.py's features extractor (the convolution), then net_arch's dense layers
+MINATAR_LAYERS = {"conv0": "features_extractor.net.0", "h0": "q_net.0", "out": "q_net.2"}
+MINATAR = "MinAtar/"
 SETTINGS = {"learning_rate": 1e-4, "batch_size": 32, "train_freq": 4, "gradient_steps": 1, "gamma": 0.99,
             "max_grad_norm": 10.0, "target_update_interval": 1000}  # the RL Zoo's, as conf/tuned/dqn_atari.yaml
 
@@ -80,28 +89,54 @@ def restore(model, saved) -> None:
     model.policy.optimizer.load_state_dict(optimizer)
 
 
-def sb3_side(out: str, env_id: str, steps: int, learning_starts: int, batches: int, seed: int) -> None:
+def minatar_config(env_id: str, learning_starts: int, seed: int, name: str = "config", extra: tuple = ()):
+    """The composed config of `agent=dqn env=minatar` on `env_id`'s game (MinAtar/<game>)."""
+    from hydra import compose, initialize_config_dir
+
+    overrides = ["agent=dqn", "env=minatar", f"env.game={env_id[len(MINATAR):]}", f"learning_starts={learning_starts}",
+                 f"seed={seed}", *extra]
+    with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
+        return compose(name, overrides=overrides)
+
+
+def sb3_model(env_id: str, steps: int, learning_starts: int, seed: int):
+    """SB3's DQN on Atari with the RL Zoo's settings, or on MinAtar as the minatar_dqn study runs it."""
+    if env_id.startswith(MINATAR):
+        from benchmarks.sb3_learning import build_model, make_env, sb3_settings
+
+        cfg = minatar_config(env_id, learning_starts, seed, "sb3_learning")
+        agent, kwargs = sb3_settings(cfg)
+        return build_model(cfg, agent, {**kwargs, "verbose": 0}, make_env(cfg))
     import ale_py
     import gymnasium as gym
-    import torch
     from stable_baselines3 import DQN
     from stable_baselines3.common.env_util import make_atari_env
-    from stable_baselines3.common.logger import configure
     from stable_baselines3.common.vec_env import VecFrameStack
 
     gym.register_envs(ale_py)
-    torch.set_num_threads(1)
     env = VecFrameStack(make_atari_env(env_id, n_envs=1, seed=seed), n_stack=4)
-    model = DQN("CnnPolicy", env, buffer_size=steps, learning_starts=learning_starts, seed=seed, device="cpu",
-                verbose=0, **SETTINGS)
+    return DQN("CnnPolicy", env, buffer_size=steps, learning_starts=learning_starts, seed=seed, device="cpu",
+               verbose=0, **SETTINGS)
+
+
+def sb3_side(out: str, env_id: str, steps: int, learning_starts: int, batches: int, seed: int) -> None:
+    import torch
+    from stable_baselines3.common.logger import configure
+
+    torch.set_num_threads(1)
+    model = sb3_model(env_id, steps, learning_starts, seed)
     model.learn(steps)
     model.set_logger(configure(None, []))
     replay, rng = model.replay_buffer, np.random.default_rng(seed)
     size = replay.buffer_size if replay.full else replay.pos
     data = {"gamma": np.float32(model.gamma), "lr": np.float32(model.learning_rate),
-            "updates": np.int64(model._n_updates), "batches": np.int64(batches)}
+            "updates": np.int64(model._n_updates), "batches": np.int64(batches),
+            "actions": np.int64(model.action_space.n),
+            # SB3 stores and hands over (C, H, W) frames, but for a square MinAtar game (Seaquest's
+            # 10 x 10 x 10) it takes C for H and keeps (H, W, C), which the extractor permutes itself
+            "channels_first": np.bool_(getattr(model.q_net.features_extractor, "transposed", True))}
     data.update(prefixed("start", sb3_state(model)))
-    batch_size = int(SETTINGS["batch_size"])
+    batch_size = int(model.batch_size)
     for k in range(batches):
         i = rng.integers(size, size=batch_size)
         data.update({f"{k}/obs": replay.observations[i, 0], f"{k}/action": replay.actions[i, 0, 0].astype(np.int64),
@@ -117,29 +152,47 @@ def sb3_side(out: str, env_id: str, steps: int, learning_starts: int, batches: i
 
 
 # --- tfrl's side ----------------------------------------------------------------------------------
-def tfrl_side(data: dict, batches: int) -> tuple[list[dict], list[dict]]:
+def tfrl_agent(env_id: str, frame_shape: tuple, actions: int, lr: float):
+    """tfrl's DQN as the check compares it: on MinAtar as train.py builds it from the study's config
+    (its target never copied within the check), on Atari the plain DQN of the RL Zoo's settings."""
     import functools
 
-    import tensorflow as tf
+    import gymnasium as gym
 
     from agents.dqn import DQN
-    from buffers.types import Batch
     from networks.cnn import conv_net
+    from training.builder import build_agent
 
-    frames = np.moveaxis(data["0/obs"], 1, -1)  # SB3's (C, H, W) frames as tfrl's (H, W, C)
-    actions = int(data["start/q_net/q_net.0.weight"].shape[0])
-    agent = DQN(frames.shape[1:], actions, functools.partial(conv_net, init="torch"), np.random.default_rng(0),
-                lr=float(data["lr"]), double=False, target_update_every=10**9,
-                max_grad_norm=SETTINGS["max_grad_norm"])
-    targets = [(layer_pairs(agent.q, LAYERS), "q_net", agent.optimizer),
-               (layer_pairs(agent.q_target, LAYERS), "q_net_target", None)]
+    if env_id.startswith(MINATAR):
+        cfg = minatar_config(env_id, 0, 0, extra=("agent.target_update_every=1000000000",))
+        agent = build_agent(cfg, gym.spaces.Box(0, 255, frame_shape, np.uint8), gym.spaces.Discrete(actions),
+                            np.random.default_rng(0))
+        if abs(float(cfg.agent.lr) - lr) > 1e-6 * lr:  # SB3's side writes it as float32
+            sys.exit(f"the configs disagree: tfrl's lr {cfg.agent.lr}, SB3's {lr}")
+        return agent, MINATAR_LAYERS
+    return DQN(frame_shape, actions, functools.partial(conv_net, init="torch"), np.random.default_rng(0),
+               lr=lr, double=False, target_update_every=10**9, max_grad_norm=SETTINGS["max_grad_norm"]), LAYERS
+
+
+def tfrl_side(data: dict, batches: int, env_id: str) -> tuple[list[dict], list[dict]]:
+    import tensorflow as tf
+
+    from buffers.types import Batch
+
+    def frames(x):  # SB3's (C, H, W) frames as tfrl's (H, W, C)
+        return np.moveaxis(x, 1, -1) if data.get("channels_first", True) else x
+
+    actions = int(data["actions"]) if "actions" in data else len(data["start/q_net/q_net.0.bias"])  # older outputs
+    agent, layers = tfrl_agent(env_id, frames(data["0/obs"]).shape[1:], actions, float(data["lr"]))
+    targets = [(layer_pairs(agent.q, layers), "q_net", agent.optimizer),
+               (layer_pairs(agent.q_target, layers), "q_net_target", None)]
     ours, floor = [], []
     for k in range(batches):
         before = sub(data, "start" if k == 0 else f"sb3/{k - 1}")
         set_state(before, targets)
         reward = data[f"{k}/reward"]
-        batch = Batch(np.moveaxis(data[f"{k}/obs"], 1, -1), data[f"{k}/action"].astype(np.int32), reward,
-                      np.moveaxis(data[f"{k}/next_obs"], 1, -1), float(data["gamma"]) * (1.0 - data[f"{k}/done"]),
+        batch = Batch(frames(data[f"{k}/obs"]), data[f"{k}/action"].astype(np.int32), reward,
+                      frames(data[f"{k}/next_obs"]), float(data["gamma"]) * (1.0 - data[f"{k}/done"]),
                       np.ones_like(reward))
         loss = agent.update(Batch(*(tf.constant(x) for x in batch)))["loss"]
         theirs, reordered = sub(data, f"sb3/{k}"), sub(data, f"reordered/{k}")
@@ -151,7 +204,8 @@ def tfrl_side(data: dict, batches: int) -> tuple[list[dict], list[dict]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--env", default="BreakoutNoFrameskip-v4", help="an Atari game as SB3's AtariWrapper takes it")
+    parser.add_argument("--env", default="BreakoutNoFrameskip-v4",
+                        help="an Atari game as SB3's AtariWrapper takes it, or MinAtar/<game> (breakout, space_invaders, ...)")
     parser.add_argument("--steps", type=int, default=2500,
                         help="env steps of SB3's training before the check (the target copied at step 2000, 125 updates before)")
     parser.add_argument("--learning-starts", type=int, default=1000)
@@ -168,7 +222,7 @@ def main() -> None:
     data = reference_data(__file__, args.sb3_data, True, SB3_MISSING,
                           ["--env", args.env, "--steps", str(args.steps), "--learning-starts", str(args.learning_starts),
                            "--batches", str(args.batches), "--seed", str(args.seed)], flag="--sb3-side")
-    ours, floor = tfrl_side(data, int(data["batches"]))
+    ours, floor = tfrl_side(data, int(data["batches"]), args.env)
     sys.exit(report(f"{args.env}, SB3's DQN after {int(data['updates'])} updates; relative difference to SB3's update: "
                     f"tfrl's | SB3's own with the rows reordered", ours, floor, args.tolerance))
 

@@ -64,7 +64,7 @@ def sb3_settings(cfg: DictConfig) -> tuple[str, dict]:
     """("td3" | "ddpg" | "dqn", keyword arguments of SB3's constructor other than env, noise and
     seed), from the composed train.py config; SettingError, naming every such setting, where SB3
     has no equivalent. The activation is named in `policy_kwargs["activation"]`, and DQN's
-    `max_grad_norm` is None for no clip; `train` turns them into SB3's `activation_fn` and inf."""
+    `max_grad_norm` is None for no clip; `build_model` turns them into SB3's `activation_fn` and inf."""
     agent = str(cfg.agent._target_).rsplit(".", 1)[-1].lower()
     if agent not in ("td3", "ddpg", "sac", "crossq", "dqn"):
         raise SettingError(f"agent {cfg.agent._target_}: only td3, ddpg, sac, crossq and dqn are compared with SB3 here")
@@ -242,18 +242,14 @@ class SB3Policy:
         return self.model.predict(obs, deterministic=not explore)[0]
 
 
-def train(cfg: DictConfig, run_dir: str, agent: str, kwargs: dict) -> dict:
-    """Train SB3's `agent` with `kwargs` (from `sb3_settings(cfg)`), evaluating into run_dir/eval.csv."""
+def build_model(cfg: DictConfig, agent: str, kwargs: dict, env: gym.Env):
+    """SB3's `agent` on `env` with `kwargs` (from `sb3_settings(cfg)`), as `train` runs it."""
     import torch
     from stable_baselines3 import DDPG, DQN, SAC, TD3
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.noise import NormalActionNoise
 
     net = kwargs["policy_kwargs"]
     policy_kwargs = dict(net_arch=net["net_arch"], activation_fn={"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}[net["activation"]])
-    if cfg.sb3.threads:
-        torch.set_num_threads(int(cfg.sb3.threads))
-    env, eval_env = make_env(cfg), make_env(cfg, eval=True)
     policy = "MlpPolicy"
     if "convs" in net:
         policy = "CnnPolicy"
@@ -275,6 +271,18 @@ def train(cfg: DictConfig, run_dir: str, agent: str, kwargs: dict) -> dict:
         n = env.action_space.shape[0]  # SB3 acts in [-1, 1], so its noise is in units of the half-range
         noise = NormalActionNoise(np.zeros(n), float(cfg.agent.exploration_noise) * np.ones(n))
         model = {"td3": TD3, "ddpg": DDPG}[agent](policy, env, action_noise=noise, seed=int(cfg.seed), **model_kwargs)
+    return model
+
+
+def train(cfg: DictConfig, run_dir: str, agent: str, kwargs: dict) -> dict:
+    """Train SB3's `agent` with `kwargs` (from `sb3_settings(cfg)`), evaluating into run_dir/eval.csv."""
+    import torch
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    if cfg.sb3.threads:
+        torch.set_num_threads(int(cfg.sb3.threads))
+    env, eval_env = make_env(cfg), make_env(cfg, eval=True)
+    model = build_model(cfg, agent, kwargs, env)
     saved = os.path.join(run_dir, "sb3_checkpoint")
     start, wall_before = 0, 0.0
     # the same command with resume=auto continues the run (from a save whose state.json, written
