@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 from envs.state import EnvStateError, env_state, set_env_state
 from training.builder import Run, population_generation
 from training.checkpoints import CheckpointError
+from training.config import frame_stack
 from training.evolution import EvolutionState, train_population
 from training.loggers import Logger
 from training.loop import LoopHooks, LoopState, initial_state, train
@@ -27,7 +28,14 @@ class OffPolicy:
         self.cfg, self.run = cfg, run
 
     def describe(self, speed: dict) -> str:
-        return "update: " + ", ".join(f"{k} {v}" for k, v in speed.items()) + " (0: TF's default)"
+        line = "update: " + ", ".join(f"{k} {v}" for k, v in speed.items()) + " (0: TF's default)"
+        shape = self.run.envs.single_observation_space.shape
+        if len(shape) != 3:
+            return line
+        # the frame stack and the shift as resolved (env.frame_stack: null, network.random_shift: auto)
+        shift = self.run.learner.random_shift
+        return (f"{line}\nimages: {'x'.join(map(str, shape))}, {frame_stack(self.cfg)} frames stacked; "
+                f"random shift {shift.pad if shift else 0}")
 
     def initial_state(self) -> LoopState:
         return initial_state(self.run.envs, self.run.settings)
