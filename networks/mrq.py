@@ -19,7 +19,7 @@ import keras
 import tensorflow as tf
 
 from networks.cnn import image_shape
-from networks.mlp import check_width
+from networks.mlp import Dense, check_width
 
 ACTIVATIONS = ("relu", "elu", "tanh")
 CONVS = ((32, 2), (32, 2), (32, 2), (32, 1))  # filters and stride of the image encoder's 3x3 convolutions
@@ -42,8 +42,8 @@ def _ln_act(x, activation: str, name: str):
 def _mlp(x, output_dim: int, hidden: int, activation: str, name: str):
     """The author's BaseMLP: two hidden layers, each layer normalized then activated, and a linear output."""
     for i in range(2):
-        x = _ln_act(keras.layers.Dense(hidden, name=f"{name}_l{i + 1}", **_init())(x), activation, f"{name}_h{i + 1}")
-    return keras.layers.Dense(output_dim, name=f"{name}_out", **_init())(x)
+        x = _ln_act(Dense(hidden, name=f"{name}_l{i + 1}", **_init())(x), activation, f"{name}_h{i + 1}")
+    return Dense(output_dim, name=f"{name}_out", **_init())(x)
 
 
 def _width(value, key: str) -> int:
@@ -129,13 +129,13 @@ class MRQNetworks:
             for i, (filters, stride) in enumerate(CONVS):
                 x = keras.layers.Conv2D(filters, 3, stride, activation=act, name=f"{name}_conv{i + 1}", **_init())(x)
             x = keras.layers.Flatten(name=f"{name}_flat")(x)
-            x = keras.layers.Dense(self.zs_dim, name=f"{name}_out", **_init())(x)
+            x = Dense(self.zs_dim, name=f"{name}_out", **_init())(x)
         return keras.Model(obs, _ln_act(x, act, f"{name}_zs"), name=name)
 
     def state_action_encoder(self, action_dim: int, name: str) -> keras.Model:
         zs = keras.Input((self.zs_dim,), name=f"{name}_zs")
         action = keras.Input((action_dim,), name=f"{name}_action")
-        za = keras.layers.Dense(self.za_dim, activation=self.encoder_activation, name=f"{name}_za", **_init())(action)
+        za = Dense(self.za_dim, activation=self.encoder_activation, name=f"{name}_za", **_init())(action)
         x = keras.layers.Concatenate(name=f"{name}_cat")([zs, za])
         return keras.Model([zs, action], _mlp(x, self.zsa_dim, self.encoder_hidden, self.encoder_activation, name),
                            name=name)
@@ -145,7 +145,7 @@ class MRQNetworks:
         per part (the design study's "Non-linear model"; the author's BaseMLP, as the encoders')."""
         zsa = keras.Input((self.zsa_dim,), name=f"{name}_zsa")
         if self.linear_model:
-            out = keras.layers.Dense(1 + self.zs_dim + num_bins, name=f"{name}_out", **_init())(zsa)
+            out = Dense(1 + self.zs_dim + num_bins, name=f"{name}_out", **_init())(zsa)
         else:
             out = keras.layers.Concatenate(name=f"{name}_out")(
                 [_mlp(zsa, width, self.encoder_hidden, self.encoder_activation, f"{name}_{part}")
@@ -167,7 +167,7 @@ class MRQNetworks:
             x = zsa if self.linear_value else _ln_act(
                 _mlp(zsa, self.value_hidden, self.value_hidden, self.value_activation, head), self.value_activation,
                 f"{head}_h3")
-            heads.append(keras.layers.Dense(1, name=f"{head}_value", **_init())(x))
+            heads.append(Dense(1, name=f"{head}_value", **_init())(x))
         return keras.Model(zsa, keras.layers.Concatenate(name=f"{name}_q")(heads), name=name)
 
 

@@ -468,3 +468,29 @@ def test_resume_is_bit_exact_and_evaluate_exports_the_policy(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     exported = tf.saved_model.load(str(whole / "export" / "latest"))
     assert exported(np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)).numpy().shape == (4, 1)
+
+
+@pytest.mark.parametrize("discrete", [False, True])
+def test_bfloat16_update_precision_reaches_every_matmul_of_mrqs_update(discrete, matmul_dtypes):
+    """speed.update_precision=bfloat16 for MR.Q as for the other agents: every matmul of the update
+    (encoder, model, value, policy, targets) in bfloat16 and none with the default, the losses
+    close to float32's without being them, the weights float32, acting the float32 forward pass."""
+    import keras
+
+    from helpers import compiled
+
+    learners = []
+    for precision in ("float32", "bfloat16"):
+        keras.utils.set_random_seed(0)
+        learners.append(compiled(mrq(discrete), update_precision=precision))
+    f32, bf16 = learners
+    assert same(weights(f32.agent.value), weights(bf16.agent.value))
+    assert matmul_dtypes(f32.update_graph()) == {tf.float32}
+    assert matmul_dtypes(bf16.update_graph()) == {tf.bfloat16}
+    m32, m16 = (learner.update(runs_batch(np.random.default_rng(3), learner.agent, 2.0)) for learner in learners)
+    for key in ("encoder_loss", "value_loss", "policy_loss"):
+        np.testing.assert_allclose(m16[key], m32[key], rtol=0.05, atol=1e-3, err_msg=key)
+    assert not np.allclose(m16["value_loss"], m32["value_loss"], rtol=1e-6, atol=0)  # bfloat16 did run
+    assert all(w.dtype == np.float32 for w in bf16.agent.value.get_weights())
+    obs = np.random.default_rng(4).normal(size=(6, OBS)).astype(np.float32)
+    np.testing.assert_allclose(bf16.agent.acting(obs), bf16.agent.acting.network(obs).numpy(), rtol=1e-5, atol=1e-5)
