@@ -63,6 +63,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1,
                    help="torch's intra-op threads for the author; TF's intra-op threads (inter-op 1) for tfrl")
     p.add_argument("--out", help="default: benchmarks/results/<agent>_comparison.json")
+    p.add_argument("--tfrl", nargs="*", default=[], metavar="OVERRIDE",
+                   help="more overrides for tfrl's train.py (speed.update_precision=bfloat16)")
     a = p.parse_args()
     out = a.out or os.path.join(HERE, "results", f"{a.agent}_comparison.json")
     ref = os.path.join(HERE, REFERENCES[a.agent])
@@ -76,7 +78,7 @@ def main() -> None:
 
     common = [f"agent={a.agent}", f"env={a.env}", f"total_steps={a.steps}", f"learning_starts={a.learning_starts}",
               f"eval_every={a.steps}", "eval_episodes=1"]
-    ours_args = common + ["speed.threads.inter_op=1", f"speed.threads.intra_op={a.threads}"]
+    ours_args = common + ["speed.threads.inter_op=1", f"speed.threads.intra_op={a.threads}", *a.tfrl]
     author_args = common + [f"{a.agent}_author.threads={a.threads}"]
     ours_cmd = [sys.executable, os.path.join(ROOT, "train.py")]
     author_cmd = [PYTHONS["sb3"], os.path.join(HERE, f"{a.agent}_reference.py")]
