@@ -473,8 +473,8 @@ def test_resume_is_bit_exact_and_evaluate_exports_the_policy(tmp_path):
 def test_bfloat16_update_precision_reaches_every_matmul_of_mrqs_update(matmul_dtypes):
     """speed.update_precision=bfloat16 for MR.Q as for the other agents: every matmul of the update
     (encoder, model, value, policy, targets; discrete actions build the same layers) in bfloat16 and
-    none with the default, the losses
-    close to float32's without being them, the weights float32, acting the float32 forward pass."""
+    none with the default, the losses close to float32's without being them, the weights float32,
+    acting the float32 forward pass."""
     import keras
 
     from helpers import compiled
