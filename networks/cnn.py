@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import keras
 
+from networks import precision
 from networks.mlp import INITS, DuelingCombine, dense, weight_decay
 from networks.sharding import Network
 
@@ -39,7 +40,20 @@ def conv(filters: int, kernel: int, stride: int, fan_in_channels: int, init: str
         bound = 1.0 / math.sqrt(kernel * kernel * fan_in_channels)
         kwargs.update(kernel_initializer=keras.initializers.RandomUniform(-bound, bound),
                       bias_initializer=keras.initializers.RandomUniform(-bound, bound))
-    return keras.layers.Conv2D(int(filters), int(kernel), int(stride), padding=padding, **kwargs)
+    return Conv2D(int(filters), int(kernel), int(stride), padding=padding, **kwargs)
+
+
+@keras.saving.register_keras_serializable(package="tfrl")
+class Conv2D(keras.layers.Conv2D):
+    """keras.layers.Conv2D, with its convolution in the dtype of `networks.precision.matmul_precision`
+    when that is set (an update with `update_precision=bfloat16`), as `networks.mlp.Dense` does its
+    matmul; otherwise Keras' own Conv2D, unchanged."""
+
+    def convolution_op(self, inputs, kernel):
+        dtype = precision.matmul_dtype(inputs.dtype)
+        if dtype is None:
+            return super().convolution_op(inputs, kernel)
+        return precision.in_dtype(super().convolution_op, inputs, kernel, dtype)
 
 
 def _scaled_input(shape: tuple[int, int, int], name: str):

@@ -18,11 +18,19 @@ from typing import NamedTuple
 import keras
 import tensorflow as tf
 
-from networks.cnn import image_shape
+from networks.cnn import Conv2D, image_shape
 from networks.mlp import Dense, check_width
 
 ACTIVATIONS = ("relu", "elu", "tanh")
 CONVS = ((32, 2), (32, 2), (32, 2), (32, 1))  # filters and stride of the image encoder's 3x3 convolutions
+
+
+def smallest_image(convs, kernel: int = 3) -> int:
+    """The smallest side that valid `kernel`-wide convolutions at these strides leave a pixel of."""
+    side = 1
+    for _, stride in reversed(convs):
+        side = (side - 1) * stride + kernel
+    return side
 
 
 def _init() -> dict:
@@ -118,16 +126,13 @@ class MRQNetworks:
             x = _mlp(obs, self.zs_dim, self.encoder_hidden, act, name)
         else:
             h, w, c = image_shape(obs_shape)
-            side = min(h, w)
-            for _, stride in CONVS:
-                side = (side - 3) // stride + 1
-            if side < 1:
+            if min(h, w) < (side := smallest_image(CONVS)):
                 raise ValueError(f"MR.Q's image encoder (3x3 convolutions at strides 2, 2, 2, 1) needs images of at "
-                                 f"least 23x23 pixels, got {h}x{w}; render larger images (env.kwargs.image_size).")
+                                 f"least {side}x{side} pixels, got {h}x{w}; render larger images (env.kwargs.image_size).")
             obs = keras.Input((h, w, c), dtype="uint8", name=f"{name}_obs")
             x = keras.layers.Rescaling(1.0 / 255.0, offset=-0.5, name=f"{name}_scale")(obs)
             for i, (filters, stride) in enumerate(CONVS):
-                x = keras.layers.Conv2D(filters, 3, stride, activation=act, name=f"{name}_conv{i + 1}", **_init())(x)
+                x = Conv2D(filters, 3, stride, activation=act, name=f"{name}_conv{i + 1}", **_init())(x)
             x = keras.layers.Flatten(name=f"{name}_flat")(x)
             x = Dense(self.zs_dim, name=f"{name}_out", **_init())(x)
         return keras.Model(obs, _ln_act(x, act, f"{name}_zs"), name=name)

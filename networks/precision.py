@@ -1,8 +1,8 @@
 """The dtype of the networks' matmuls while an update is traced (`update_precision`).
 
-`bfloat16` casts the input and the kernel of every dense matmul to bfloat16, multiplies them
-(oneDNN's bfloat16 kernels on an x86 CPU with AVX512-BF16 or AMX, tensor cores on a GPU) and casts
-the product back to float32. Everything else stays float32: the weights, biases, activations,
+`bfloat16` casts the input and the kernel of every dense matmul and every convolution to bfloat16,
+computes them there (oneDNN's bfloat16 kernels on an x86 CPU with AVX512-BF16 or AMX, tensor cores
+on a GPU) and casts the result back to float32. Everything else stays float32: the weights, biases, activations,
 losses, gradients as they reach the optimizer, and Adam. The setting holds only while the update
 is traced (`matmul_precision(...)` around it), so acting, evaluation and export run the same
 weights in float32.
@@ -44,4 +44,9 @@ def matmul_dtype(dtype: tf.DType) -> tf.DType | None:
 
 def matmul(x: tf.Tensor, kernel: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
     """`x @ kernel` computed in `dtype`, returned in `x`'s dtype."""
-    return tf.cast(tf.matmul(tf.cast(x, dtype), tf.cast(kernel, dtype)), x.dtype)
+    return in_dtype(tf.matmul, x, kernel, dtype)
+
+
+def in_dtype(op, x: tf.Tensor, kernel: tf.Tensor, dtype: tf.DType, **kwargs) -> tf.Tensor:
+    """`op(x, kernel)` (a matmul or a convolution) computed in `dtype`, returned in `x`'s dtype."""
+    return tf.cast(op(tf.cast(x, dtype), tf.cast(kernel, dtype), **kwargs), x.dtype)

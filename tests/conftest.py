@@ -57,13 +57,16 @@ def cli(capsys):
     return InProcess(capsys)
 
 
+KERNEL_OPS = {"MatMul", "Conv2D", "Conv2DBackpropFilter", "Conv2DBackpropInput"}
+
+
 @pytest.fixture
-def matmul_dtypes():
-    """The dtypes of the MatMul ops in a graph and in the functions it calls (tf.cond branches,
-    while-loop bodies)."""
+def kernel_dtypes():
+    """The dtypes of the matmuls and convolutions (forward and backward) in a graph and in the
+    functions it calls (tf.cond branches, while-loop bodies): what `update_precision` decides."""
 
     def _dtypes(graph) -> set:
         graphs = [graph, *(f.graph for f in graph._functions.values() if hasattr(f, "graph"))]
-        return {op.get_attr("T") for g in graphs for op in g.get_operations() if op.type == "MatMul"}
+        return {op.get_attr("T") for g in graphs for op in g.get_operations() if op.type in KERNEL_OPS}
 
     return _dtypes

@@ -179,7 +179,7 @@ def test_batch_shards_compute_the_same_updates(cls, kwargs, shards):
 
 
 @pytest.mark.parametrize("cls", AGENTS)
-def test_bfloat16_update_precision_runs_the_updates_matmuls_only_in_bfloat16(cls, matmul_dtypes):
+def test_bfloat16_update_precision_runs_the_updates_matmuls_only_in_bfloat16(cls, kernel_dtypes):
     """speed.update_precision=bfloat16: every matmul of the update is bfloat16 (float32 ones: none), the
     update stays close to the float32 one without being it, the weights stay float32, and acting
     stays the float32 forward pass of those weights (numpy and TF paths alike)."""
@@ -187,8 +187,8 @@ def test_bfloat16_update_precision_runs_the_updates_matmuls_only_in_bfloat16(cls
 
     f32, bf16 = make(cls), make(cls, update_precision="bfloat16")
     plain_act = make(cls, update_precision="bfloat16", numpy_acting=False)
-    assert matmul_dtypes(f32.update_graph()) == {tf.float32}
-    assert matmul_dtypes(bf16.update_graph()) == {tf.bfloat16}
+    assert kernel_dtypes(f32.update_graph()) == {tf.float32}
+    assert kernel_dtypes(bf16.update_graph()) == {tf.bfloat16}
     rng = np.random.default_rng(8)
     for k in (1, 1, 3):  # TD3's delayed update and a fused call included
         batches = [batch(rng) for _ in range(k)]

@@ -12,6 +12,7 @@ from agents.export import PolicyModule
 from buffers.types import Batch
 from envs.gridworld import GridworldEnv, valid_board
 from helpers import compiled, one, stack
+from networks.cnn import conv_net
 from networks.mlp import dueling_mlp, mlp
 
 
@@ -279,22 +280,35 @@ def test_batch_shards_compute_the_same_dqn_updates(network, double):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("network", [mlp, dueling_mlp])
-def test_bfloat16_update_precision_for_dqn(network, matmul_dtypes):
-    """Every matmul of the update in bfloat16, the update close to float32's, acting in float32."""
-    net = functools.partial(network, hidden=[8, 8])
-    f32 = DQN(4, 3, net, np.random.default_rng(0))
-    bf16 = DQN(4, 3, net, np.random.default_rng(0))
+def image_batch(rng, n=16, shape=(10, 10, 2), n_actions=3):
+    images = lambda: rng.integers(0, 256, (n, *shape)).astype(np.uint8)  # noqa: E731
+    return Batch(images(), rng.integers(0, n_actions, n).astype(np.int32), rng.normal(size=n).astype(np.float32),
+                 images(), np.full(n, 0.99, np.float32), np.ones(n, np.float32))
+
+
+@pytest.mark.parametrize("network", ["mlp", "dueling_mlp", "cnn"])
+def test_bfloat16_update_precision_for_dqn(network, kernel_dtypes):
+    """Every matmul and convolution of the update (forward and backward) in bfloat16, the update
+    close to float32's, acting in float32."""
+    if network == "cnn":
+        net, obs_shape, make_batch = functools.partial(conv_net, convs=[[4, 3, 2], [4, 3, 1]], hidden=[8]), \
+            (10, 10, 2), image_batch
+    else:
+        net, obs_shape, make_batch = functools.partial({"mlp": mlp, "dueling_mlp": dueling_mlp}[network],
+                                                       hidden=[8, 8]), 4, batch
+    f32 = DQN(obs_shape, 3, net, np.random.default_rng(0))
+    bf16 = DQN(obs_shape, 3, net, np.random.default_rng(0))
     learn_f32, learn_bf16 = compiled(f32), compiled(bf16, update_precision="bfloat16")
     bf16.q.set_weights(f32.q.get_weights())
     bf16.q_target.set_weights(f32.q_target.get_weights())
-    assert matmul_dtypes(learn_bf16.update_graph()) == {tf.bfloat16}
+    assert kernel_dtypes(learn_f32.update_graph()) == {tf.float32}
+    assert kernel_dtypes(learn_bf16.update_graph()) == {tf.bfloat16}
     rng = np.random.default_rng(3)
     for _ in range(3):
-        b = batch(rng)
+        b = make_batch(rng)
         m_ref, m_bf = learn_f32.update(one(b)), learn_bf16.update(one(b))
         np.testing.assert_allclose(m_bf["loss"], m_ref["loss"], rtol=0.05)
-    obs = rng.normal(size=(5, 4)).astype(np.float32)
+    obs = make_batch(rng).obs[:5]
     np.testing.assert_allclose(bf16.acting(obs), bf16.q(obs).numpy(), rtol=1e-5, atol=1e-6)
     assert learn_bf16.update_trace_count == 1
 

@@ -470,7 +470,7 @@ def test_resume_is_bit_exact_and_evaluate_exports_the_policy(tmp_path):
     assert exported(np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)).numpy().shape == (4, 1)
 
 
-def test_bfloat16_update_precision_reaches_every_matmul_of_mrqs_update(matmul_dtypes):
+def test_bfloat16_update_precision_reaches_every_matmul_of_mrqs_update(kernel_dtypes):
     """speed.update_precision=bfloat16 for MR.Q as for the other agents: every matmul of the update
     (encoder, model, value, policy, targets; discrete actions build the same layers) in bfloat16 and
     none with the default, the losses close to float32's without being them, the weights float32,
@@ -485,8 +485,8 @@ def test_bfloat16_update_precision_reaches_every_matmul_of_mrqs_update(matmul_dt
         learners.append(compiled(mrq(), update_precision=precision))
     f32, bf16 = learners
     assert same(weights(f32.agent.value), weights(bf16.agent.value))
-    assert matmul_dtypes(f32.update_graph()) == {tf.float32}
-    assert matmul_dtypes(bf16.update_graph()) == {tf.bfloat16}
+    assert kernel_dtypes(f32.update_graph()) == {tf.float32}
+    assert kernel_dtypes(bf16.update_graph()) == {tf.bfloat16}
     m32, m16 = (learner.update(runs_batch(np.random.default_rng(3), learner.agent, 2.0)) for learner in learners)
     for key in ("encoder_loss", "value_loss", "policy_loss"):
         np.testing.assert_allclose(m16[key], m32[key], rtol=0.05, atol=1e-3, err_msg=key)
@@ -494,3 +494,34 @@ def test_bfloat16_update_precision_reaches_every_matmul_of_mrqs_update(matmul_dt
     assert all(w.dtype == np.float32 for w in bf16.agent.value.get_weights())
     obs = np.random.default_rng(4).normal(size=(6, OBS)).astype(np.float32)
     np.testing.assert_allclose(bf16.agent.acting(obs), bf16.agent.acting.network(obs).numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("precision, dtype", [("float32", tf.float32), ("bfloat16", tf.bfloat16)])
+def test_update_precision_reaches_the_image_encoders_convolutions(precision, dtype, kernel_dtypes):
+    """MR.Q on pixels: its image encoder's convolutions, forward and backward, follow the setting
+    as its dense layers do."""
+    from networks.mrq import MRQNetworks
+    from networks.precision import matmul_precision
+
+    encoder = MRQNetworks(**TINY_NET).state_encoder((31, 31, 3), "enc")
+
+    @tf.function
+    def gradients(images):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(encoder(images))
+        return tape.gradient(loss, encoder.trainable_variables)
+
+    with matmul_precision(precision):
+        graph = gradients.get_concrete_function(tf.TensorSpec((2, 31, 31, 3), tf.uint8)).graph
+    assert {op.type for op in graph.get_operations()} >= {"Conv2D", "Conv2DBackpropFilter"}
+    assert kernel_dtypes(graph) == {dtype}
+
+
+def test_the_image_encoder_takes_the_smallest_image_it_leaves_a_pixel_of():
+    """31 -> 15 -> 7 -> 3 -> 1 through 3x3 convolutions at strides 2, 2, 2, 1; 30 -> 14 -> 6 -> 2 -> 0."""
+    from networks.mrq import CONVS, MRQNetworks, smallest_image
+
+    assert smallest_image(CONVS) == 31
+    assert MRQNetworks(**TINY_NET).state_encoder((31, 40, 3), "enc").output.shape[-1] == TINY_NET["zs_dim"]
+    with pytest.raises(ValueError, match="needs images of at least 31x31 pixels, got 30x40"):
+        MRQNetworks(**TINY_NET).state_encoder((30, 40, 3), "enc")

@@ -170,7 +170,7 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
             (["buffer.n_step=1"], "the agent's value targets are 3-step returns (agent.q_horizon=3), but the buffer's "
                                   "are 1-step"),
             (["env=minatar"], "MR.Q's image encoder (3x3 convolutions at strides 2, 2, 2, 1) needs images of at least "
-                              "23x23 pixels, got 10x10"),
+                              "31x31 pixels, got 10x10"),
             (["network.zs_dim=0"], "network.zs_dim must be a positive integer (512 in MR.Q), got 0"),
             (["agent.reward_loss=l1"], "agent.reward_loss must be one of two_hot, mse (the first is MR.Q's), got 'l1'"),
             (["agent.reward_scaling=maybe"], "agent.reward_scaling must be true or false, got 'maybe'"),
