@@ -103,6 +103,9 @@ CASES = {
 # runs a network this small with one inter-op thread; this shows what that runtime setting is worth.
 for _name in ("dqn_cartpole_every4", "dqn_cartpole_every1"):
     CASES[f"{_name}_tfpool"] = (CASES[_name][0] + ["speed.threads.inter_op=null"], CASES[_name][1])
+# DQN on Atari with `speed.update_precision=bfloat16`: the convolutions and matmuls of tfrl's update in
+# bfloat16 (oneDNN's AMX/AVX512-BF16 kernels where the CPU has them), SB3 in its float32
+CASES["dqn_breakout_bf16"] = (CASES["dqn_breakout"][0] + ["speed.update_precision=bfloat16"], CASES["dqn_breakout"][1])
 
 
 # the cases whose updates differ (the others repeat one of these at another cadence)

@@ -1,5 +1,6 @@
 """Contract tests run over every continuous-action agent."""
 import functools
+import os
 
 import numpy as np
 import pytest
@@ -289,6 +290,36 @@ def test_keras_on_another_backend_is_refused_with_the_fix():
     check_keras_backend("tensorflow")
     with pytest.raises(ImportError, match="Set KERAS_BACKEND=tensorflow before Keras is imported"):
         check_keras_backend("jax")
+
+
+OPENBLAS_THREADS = """
+import ctypes, glob, os, sys
+sys.path.insert(0, os.getcwd())
+from training.runtime import prepare_process
+prepare_process()
+import numpy
+libs = glob.glob(os.path.join(os.path.dirname(numpy.__file__) + ".libs", "libscipy_openblas64_*.so"))
+print(ctypes.CDLL(libs[0]).scipy_openblas_get_num_threads64_() if libs else "no OpenBLAS")
+"""
+
+
+@pytest.mark.parametrize("shell, threads", [(None, "1"), ("2", "2")])
+def test_numpys_blas_runs_one_thread_unless_the_shell_says_otherwise(shell, threads):
+    """Acting in numpy between two updates: OpenBLAS's spinning pool on the update's cores made a
+    Nature CNN's update in the loop twice as slow, so every entrypoint gives it one thread."""
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"} | (
+        {"OPENBLAS_NUM_THREADS": shell} if shell else {})
+    proc = subprocess.run([sys.executable, "-c", OPENBLAS_THREADS], cwd=ROOT, capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    if proc.stdout.strip() == "no OpenBLAS":
+        pytest.skip("this numpy does not bundle OpenBLAS")
+    assert proc.stdout.strip() == threads
 
 
 # --- Every continuous agent: how the update runs never changes what it computes ------------------
