@@ -33,13 +33,11 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     a = p.parse_args()
 
-    from hydra import compose, initialize_config_dir
-
     from benchmarks.throughput import per_call, random_transitions
     from training.builder import build_run
+    from training.config import compose_config
 
-    with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=a.overrides)
+    cfg = compose_config(a.overrides)
     run = build_run(cfg)
     for transition in random_transitions(run.envs, 5000):
         run.buffer.add(*transition)

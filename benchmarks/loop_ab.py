@@ -38,16 +38,14 @@ def main() -> None:
     p.add_argument("--output", default=None)
     a = p.parse_args()
 
-    from hydra import compose, initialize_config_dir
-
     from benchmarks.throughput import _PartTimer, _Records, interval_rate, timed_intervals, timed_settings
     from training.builder import build_run
+    from training.config import compose_config
     from training.loop import train
 
     runs = {}
     for variant in a.variants:
-        with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
-            cfg = compose("config", overrides=[*a.overrides, *variant.split()])
+        cfg = compose_config([*a.overrides, *variant.split()])
         runs[variant] = (cfg, build_run(cfg))
     rates: dict[str, list[float]] = {v: [] for v in a.variants}
     for r in range(a.rounds):

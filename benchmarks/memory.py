@@ -162,14 +162,11 @@ def buffer_layout(overrides: list[str], sb3: bool = False) -> dict:
     build (preallocated by np.zeros, so nothing is resident). With `sb3`, SettingError first if
     SB3 cannot train the same run, so that nothing runs."""
     import numpy as np
-    from hydra import compose, initialize_config_dir
-
     from envs.factory import make_env
     from training.builder import build_buffer
-    from training.config import frame_stack
+    from training.config import compose_config, frame_stack
 
-    with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=overrides)
+    cfg = compose_config(overrides)
     if sb3:
         from benchmarks.sb3_learning import sb3_settings
 

@@ -108,14 +108,12 @@ def main() -> None:
     a = p.parse_args()
 
     import tensorflow as tf
-    from hydra import compose, initialize_config_dir
-
     from benchmarks.throughput import per_call, random_transitions
     from training.builder import build_run
+    from training.config import compose_config
     from training.speed import configure_threads, explicit_threads
 
-    with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=a.overrides)
+    cfg = compose_config(a.overrides)
     # the run's thread pools before the peaks below run TF's first ops (they are fixed from then on)
     configure_threads(**explicit_threads(cfg.speed))
     peak = 0.0

@@ -91,12 +91,10 @@ def restore(model, saved) -> None:
 
 def minatar_config(env_id: str, learning_starts: int, seed: int, name: str = "config", extra: tuple = ()):
     """The composed config of `agent=dqn env=minatar` on `env_id`'s game (MinAtar/<game>)."""
-    from hydra import compose, initialize_config_dir
+    from training.config import compose_config
 
-    overrides = ["agent=dqn", "env=minatar", f"env.game={env_id[len(MINATAR):]}", f"learning_starts={learning_starts}",
-                 f"seed={seed}", *extra]
-    with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
-        return compose(name, overrides=overrides)
+    return compose_config(["agent=dqn", "env=minatar", f"env.game={env_id[len(MINATAR):]}",
+                           f"learning_starts={learning_starts}", f"seed={seed}", *extra], name)
 
 
 def sb3_model(env_id: str, steps: int, learning_starts: int, seed: int):

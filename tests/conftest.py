@@ -26,9 +26,6 @@ pin_worker_to_its_cores()
 prepare_process()  # before any test imports TensorFlow or Keras; the subprocesses inherit it
 
 import pytest  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
-
-CONF_DIR = os.path.join(ROOT, "conf")
 
 
 def pytest_collection_modifyitems(items):
@@ -41,11 +38,9 @@ def pytest_collection_modifyitems(items):
 def make_cfg():
     """Compose the run config from conf/ with the given overrides, as train.py would."""
 
-    def _make(*overrides: str):
-        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-            return compose(config_name="config", overrides=list(overrides))
+    from training.config import compose_config
 
-    return _make
+    return lambda *overrides: compose_config(overrides)
 
 
 @pytest.fixture

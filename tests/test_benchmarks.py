@@ -153,9 +153,9 @@ def _sb3_learning():
 
 
 def _compose_sb3(*overrides):
-    from hydra import compose, initialize_config_dir
-    with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
-        return compose(config_name="sb3_learning", overrides=list(overrides))
+    from training.config import compose_config
+
+    return compose_config(overrides, "sb3_learning")
 
 
 def test_sb3_learning_takes_the_settings_of_the_same_train_py_run():
@@ -326,7 +326,7 @@ def test_every_run_of_every_study_composes(make_cfg):
     """Each run's whole command line (its threads and checkpoint settings too) composes as its
     script composes it, and SB3's settings can be reproduced by SB3: a script would refuse them at
     launch, hours into a study."""
-    from hydra import compose, initialize_config_dir
+    from training.config import compose_config
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import studies
 
@@ -340,9 +340,7 @@ def test_every_run_of_every_study_composes(make_cfg):
             if run.implementation == "tfrl":
                 assert make_cfg(*overrides).total_steps > 0, run.name
                 continue
-            with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
-                cfg = compose(config_name={"sb3": "sb3_learning", "author": "mrq_reference"}[run.implementation],
-                              overrides=overrides)
+            cfg = compose_config(overrides, {"sb3": "sb3_learning", "author": "mrq_reference"}[run.implementation])
             if run.implementation == "sb3":
                 _sb3_learning().sb3_settings(cfg)
             else:

@@ -110,7 +110,7 @@ def test_the_docs_quote_commands():
 def test_every_quoted_command_composes_or_parses(where, script, args):
     """A Hydra entrypoint's command composes (train.py's also passes train.py's checks); an argparse
     script's command names only options its --help lists."""
-    from hydra import compose, initialize_config_dir
+    from training.config import compose_config
 
     assert os.path.exists(os.path.join(ROOT, script)), f"{where}: no such script {script}"
     config_name = hydra_config_name(script)
@@ -126,9 +126,7 @@ def test_every_quoted_command_composes_or_parses(where, script, args):
     if missing is not None:
         pytest.skip(f"{where}: {missing}")
     resumed = any(o.startswith("resume=") for o in overrides)
-    with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
-        cfg = compose(config_name=config_name, overrides=[o for o in overrides if not o.startswith("resume=")],
-                      return_hydra_config=True)
+    cfg = compose_config([o for o in overrides if not o.startswith("resume=")], config_name, return_hydra_config=True)
     if script == "train.py" and not resumed:
         from training.config import validate
 

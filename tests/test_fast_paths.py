@@ -317,11 +317,10 @@ def fresh_run_pools(overrides, expected):
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     code = (
-        "import sys; from hydra import compose, initialize_config_dir\n"
+        "import sys\n"
         "from training.builder import build_run\n"
-        f"with initialize_config_dir(config_dir={os.path.join(root, 'conf')!r}, version_base='1.3'):\n"
-        "    cfg = compose('config', overrides=sys.argv[1:])\n"
-        "build_run(cfg).close()\n"
+        "from training.config import compose_config\n"
+        "build_run(compose_config(sys.argv[1:])).close()\n"
         "import tensorflow as tf; print('inter_op', tf.config.threading.get_inter_op_parallelism_threads())\n"
         "print('intra_op', tf.config.threading.get_intra_op_parallelism_threads())\n"
         "from training.speed import available_cores; print('cores', available_cores())\n"

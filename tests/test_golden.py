@@ -108,24 +108,18 @@ def _number(v):
     return v if isinstance(v, (bool, int)) else float(v)
 
 
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=list(overrides))
-
-
 def run_case(name: str) -> dict:
     """Train case `name` in this process; its golden record."""
     import keras
     from omegaconf import OmegaConf
 
     from training.builder import build_run
+    from training.config import compose_config
     from training.families import family_of
     from training.loop import LoopHooks
 
     keras.utils.clear_session()  # every case starts from the same Keras state, whichever ran before
-    cfg = compose(COMMON + CASES[name])
+    cfg = compose_config(COMMON + CASES[name])
     OmegaConf.resolve(cfg)
     run = build_run(cfg)
     records = Records()

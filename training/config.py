@@ -1,11 +1,14 @@
 """Checks on a composed run config, each failing with a message that names the fix."""
 from __future__ import annotations
 
+import os
 import re
 import shlex
+from collections.abc import Sequence
 
 from omegaconf import DictConfig
 
+CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
 HYDRA_PLAIN = re.compile(r"[\w./:@+%-]+( [\w./:@+%-]+)*")  # what Hydra's override grammar reads unquoted
 
 
@@ -171,3 +174,14 @@ def validate_speed(speed: DictConfig, batch_size: int, unshardable: str | None =
             f"speed.update_precision must be float32 or bfloat16, got {speed.update_precision!r}; set "
             f"speed.update_precision=float32 (the default) or bfloat16 (the update's matmuls in bfloat16)."
         )
+
+
+def compose_config(overrides: Sequence[str] = (), name: str = "config", **kwargs) -> DictConfig:
+    """The config `name` composed from conf/ with `overrides`, as its entrypoint would compose it
+    (train.py's: "config"), for the benchmarks and tests that build a run's parts without its
+    command line. `kwargs` go to Hydra's compose (return_hydra_config)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose(config_name=name, overrides=list(overrides), **kwargs)
+
