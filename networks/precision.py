@@ -1,9 +1,9 @@
-"""The dtype of the networks' matmuls while an update is traced (`update_precision`).
+"""The dtype of the networks' matmuls and convolutions while an update is traced (`update_precision`).
 
 `bfloat16` casts the input and the kernel of every dense matmul and every convolution to bfloat16,
 computes them there (oneDNN's bfloat16 kernels on an x86 CPU with AVX512-BF16 or AMX, tensor cores
-on a GPU) and casts the result back to float32. Everything else stays float32: the weights, biases, activations,
-losses, gradients as they reach the optimizer, and Adam. The setting holds only while the update
+on a GPU) and casts the result back to float32. Everything else stays float32: the weights, biases,
+activations, losses, gradients as they reach the optimizer, and Adam. The setting holds only while the update
 is traced (`matmul_precision(...)` around it), so acting, evaluation and export run the same
 weights in float32.
 """
@@ -22,7 +22,7 @@ def check_precision(name: str) -> str:
     if name not in PRECISIONS:
         raise ValueError(
             f"update_precision must be one of {', '.join(PRECISIONS)}, got {name!r}; set "
-            f"update_precision=float32 (the default) or bfloat16 (the update's matmuls in bfloat16)."
+            f"update_precision=float32 (the default) or bfloat16 (the update's matmuls and convolutions in bfloat16)."
         )
     return name
 
@@ -47,6 +47,6 @@ def matmul(x: tf.Tensor, kernel: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
     return in_dtype(tf.matmul, x, kernel, dtype)
 
 
-def in_dtype(op, x: tf.Tensor, kernel: tf.Tensor, dtype: tf.DType, **kwargs) -> tf.Tensor:
+def in_dtype(op, x: tf.Tensor, kernel: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
     """`op(x, kernel)` (a matmul or a convolution) computed in `dtype`, returned in `x`'s dtype."""
-    return tf.cast(op(tf.cast(x, dtype), tf.cast(kernel, dtype), **kwargs), x.dtype)
+    return tf.cast(op(tf.cast(x, dtype), tf.cast(kernel, dtype)), x.dtype)

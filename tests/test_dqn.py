@@ -286,16 +286,14 @@ def image_batch(rng, n=16, shape=(10, 10, 2), n_actions=3):
                  images(), np.full(n, 0.99, np.float32), np.ones(n, np.float32))
 
 
-@pytest.mark.parametrize("network", ["mlp", "dueling_mlp", "cnn"])
-def test_bfloat16_update_precision_for_dqn(network, kernel_dtypes):
+@pytest.mark.parametrize("net, obs_shape, make_batch", [
+    (functools.partial(mlp, hidden=[8, 8]), 4, batch),
+    (functools.partial(dueling_mlp, hidden=[8, 8]), 4, batch),
+    (functools.partial(conv_net, convs=[[4, 3, 2], [4, 3, 1]], hidden=[8]), (10, 10, 2), image_batch),
+], ids=["mlp", "dueling_mlp", "cnn"])
+def test_bfloat16_update_precision_for_dqn(net, obs_shape, make_batch, kernel_dtypes):
     """Every matmul and convolution of the update (forward and backward) in bfloat16, the update
     close to float32's, acting in float32."""
-    if network == "cnn":
-        net, obs_shape, make_batch = functools.partial(conv_net, convs=[[4, 3, 2], [4, 3, 1]], hidden=[8]), \
-            (10, 10, 2), image_batch
-    else:
-        net, obs_shape, make_batch = functools.partial({"mlp": mlp, "dueling_mlp": dueling_mlp}[network],
-                                                       hidden=[8, 8]), 4, batch
     f32 = DQN(obs_shape, 3, net, np.random.default_rng(0))
     bf16 = DQN(obs_shape, 3, net, np.random.default_rng(0))
     learn_f32, learn_bf16 = compiled(f32), compiled(bf16, update_precision="bfloat16")

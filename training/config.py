@@ -1,14 +1,15 @@
-"""Checks on a composed run config, each failing with a message that names the fix."""
+"""Checks on a composed run config, each failing with a message that names the fix; and the
+composing itself, for code that builds a run's parts without train.py's command line."""
 from __future__ import annotations
 
-import os
 import re
 import shlex
 from collections.abc import Sequence
 
 from omegaconf import DictConfig
 
-CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
+from training.plugins import CONF_DIR
+
 HYDRA_PLAIN = re.compile(r"[\w./:@+%-]+( [\w./:@+%-]+)*")  # what Hydra's override grammar reads unquoted
 
 
@@ -172,7 +173,7 @@ def validate_speed(speed: DictConfig, batch_size: int, unshardable: str | None =
     if speed.update_precision not in ("float32", "bfloat16"):
         raise ConfigError(
             f"speed.update_precision must be float32 or bfloat16, got {speed.update_precision!r}; set "
-            f"speed.update_precision=float32 (the default) or bfloat16 (the update's matmuls in bfloat16)."
+            f"speed.update_precision=float32 (the default) or bfloat16 (the update's matmuls and convolutions in bfloat16)."
         )
 
 
@@ -184,4 +185,3 @@ def compose_config(overrides: Sequence[str] = (), name: str = "config", **kwargs
 
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         return compose(config_name=name, overrides=list(overrides), **kwargs)
-
