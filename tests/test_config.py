@@ -100,16 +100,32 @@ def test_groups_have_the_expected_options():
             "cartpole", "acrobot", "mountaincar", "gridworld", "minatar", "atari"} <= set(options("env"))
 
 
+def traced_in_graph(chosen) -> set:
+    """The combinations whose update is traced in graph mode: the first of each agent and network on
+    each kind of observation and action, where the update's input signature and layers differ. The
+    others (other buffers, other tasks of the same kinds) run their update eagerly: the same code and
+    checks, without a trace that would be most of their cost."""
+    first = {}
+    for agent, network, buffer, env in chosen:
+        kind = (agent, network, env in PIXEL_ENVS or network in CNNS, env in DISCRETE_ENVS)
+        first.setdefault(kind, (agent, network, buffer, env))
+    return set(first.values())
+
+
+GRAPH = traced_in_graph(combinations())
+
+
 @pytest.mark.parametrize("agent,network,buffer,env", list(combinations()))
 def test_every_combination_composes_and_instantiates(make_cfg, agent, network, buffer, env):
     # MR.Q's model unrolled 2 steps, not 5: its trace is most of such a run's cost. CrossQ in graph
-    # mode: speed=fast's auto picks XLA for it (test_fast_paths), whose compile (10 s) would be most
-    # of such a run's; its XLA update runs in test_agents' fused check and test_crossq's resume
-    extra = {"ga": ["agent.population=3"], "crossq": ["speed.compile=graph"],
+    # mode where traced: speed=fast's auto picks XLA for it (test_fast_paths), whose compile (10 s)
+    # would be most of such a run's; its XLA update runs in test_agents' fused check and test_crossq's resume
+    compile = "graph" if (agent, network, buffer, env) in GRAPH else "eager"
+    extra = {"ga": ["agent.population=3"], "crossq": [f"speed.compile={compile}"],
              "mrq": ["agent.enc_horizon=2", *(f"network.{k}=16" for k in ("zs_dim", "za_dim", "zsa_dim", "encoder_hidden",
                                                                              "value_hidden", "policy_hidden"))]}.get(agent, [])
     cfg = make_cfg(f"agent={agent}", f"network={network}", f"buffer={buffer}", f"env={env}", "buffer.capacity=1000",
-                   "batch_size=4", *extra)
+                   "batch_size=4", f"speed.compile={compile}", *extra)
     OmegaConf.resolve(cfg)
     assert cfg.total_steps > cfg.learning_starts
     run = build_run(cfg)
