@@ -169,7 +169,8 @@ def test_every_agent_builds_acts_and_updates_on_simba(make_cfg, agent, env):
     import gymnasium as gym
 
     from envs.factory import make_env
-    from training.builder import build_buffer, build_learner
+    from training.builder import build_learner
+    from training.parts import build_buffer
 
     cfg = make_cfg(f"agent={agent}", f"env={env}", "network=simba", "network.width=8", "network.actor_width=8")
     rng = np.random.default_rng(0)

@@ -10,8 +10,7 @@ from typing import Callable
 
 import gymnasium as gym
 import numpy as np
-from hydra.errors import InstantiationException
-from hydra.utils import get_class, get_object, instantiate
+from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from agents.augment import RandomShift
@@ -25,6 +24,7 @@ from training.config import ConfigError, frame_stack, unshardable, validate
 from training.driven import GraphDriver
 from training.evolution import EvolutionSettings, GenerationResult, generation_in_graph, run_generation
 from training.loop import LoopSettings
+from training.parts import build_buffer, check_settings, instantiate_checked
 from training.seeding import seed_everything
 from training.speed import Speed, apply_threads, configure_devices, decide
 
@@ -60,13 +60,13 @@ def build_agent(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, 
     network = network_node(cfg)
     check_settings(network, "network")
     check_settings(cfg.agent, "agent")
-    builder = _instantiate(network, f"network {network._target_}")  # a partial (mlp), or an object (sale)
+    builder = instantiate_checked(network, f"network {network._target_}")  # a partial (mlp), or an object (sale)
     kwargs: dict = {"obs_shape": tuple(int(d) for d in obs_space.shape), "network": builder, "rng": rng}
     if isinstance(action_space, gym.spaces.Box):
         kwargs.update(action_low=action_space.low, action_high=action_space.high)
     else:
         kwargs.update(num_actions=int(action_space.n))
-    return _instantiate(cfg.agent, f"{cfg.agent._target_} with network {cfg.network._target_}", **kwargs)
+    return instantiate_checked(cfg.agent, f"{cfg.agent._target_} with network {cfg.network._target_}", **kwargs)
 
 
 def network_name(cfg: DictConfig) -> str:
@@ -182,34 +182,8 @@ def build_learner(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space
                          random_shift=random_shift(cfg, agent.obs_shape))
 
 
-def check_settings(node: DictConfig, group: str) -> None:
-    """Refuse a key that the group's constructor does not take (a typo such as network.hiden, or a
-    key added with `+` as Hydra suggests for one), naming the settings it has, before building."""
-    import inspect
-
-    try:
-        params = inspect.signature(get_object(node._target_)).parameters
-    except Exception:  # not importable or no signature: instantiate reports it
-        return
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return
-    unknown = [str(k) for k in node if not str(k).startswith("_") and k not in params]
-    if unknown:
-        settings = ", ".join(p for p in params if p != "self")
-        raise ConfigError(
-            f"{', '.join(f'{group}.{k}' for k in unknown)}: not a setting of {node._target_}, whose settings are "
-            f"{settings}. Correct the key (`python train.py --cfg job` prints the composed config)."
-        )
 
 
-def _instantiate(node: DictConfig, what: str, **kwargs):
-    """hydra.utils.instantiate, with a constructor's ValueError (a bad setting) as a ConfigError."""
-    try:
-        return instantiate(node, **kwargs)
-    except InstantiationException as err:
-        if not isinstance(err.__cause__, ValueError):
-            raise
-        raise ConfigError(f"cannot build {what}: {err.__cause__}") from err
 
 
 def describe(cfg: DictConfig) -> dict:
@@ -370,20 +344,6 @@ def eval_seed(cfg: DictConfig) -> int:
     return int(cfg.seed) + max(100, int(cfg.num_envs))
 
 
-def build_buffer(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, rng: np.random.Generator) -> Buffer:
-    """The replay buffer of the config, sized for these spaces (preallocated, its pages untouched)."""
-    discrete = isinstance(action_space, gym.spaces.Discrete)
-    check_settings(cfg.buffer, "buffer")
-    return _instantiate(
-        cfg.buffer,
-        cfg.buffer._target_,
-        obs_shape=tuple(int(d) for d in obs_space.shape),
-        action_dim=1 if discrete else int(action_space.shape[0]),
-        discrete_actions=discrete,
-        rng=rng,
-        obs_dtype=obs_space.dtype,
-        frame_stack=frame_stack(cfg),
-    )
 
 
 def population_settings(cfg: DictConfig, episodes: int) -> EvolutionSettings:
