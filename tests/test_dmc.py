@@ -135,25 +135,25 @@ DMC_RUNS = {
 
 
 def dmc_train(run_dir, kind, *overrides):
-    # episodes cut to 100 steps (a time limit over the suite's) and evaluations to 20 (a render costs
-    # ~25 ms with the software renderer), renders for video at 64x64: cheap evaluations
+    # episodes cut to 60 steps (a time limit over the suite's) and evaluations to 20 (a render costs
+    # ~25 ms with the software renderer, most of it the shadows), renders for video at 64x64: cheap evaluations
     cmd = [sys.executable, "train.py", f"hydra.run.dir={run_dir}", "env=dmc", "env.domain=cartpole",
-           "env.task=balance", "env.max_episode_steps=100", "env.eval_max_episode_steps=20", "+env.kwargs.render_size=64",
-           *DMC_RUNS[kind], "learning_starts=100", "batch_size=16", "eval_every=200",
+           "env.task=balance", "env.max_episode_steps=60", "env.eval_max_episode_steps=20", "+env.kwargs.render_size=64",
+           *DMC_RUNS[kind], "learning_starts=50", "batch_size=16", "eval_every=150",
            "eval_episodes=1", "deterministic=true", "logger.progress=false", "checkpoint.every=0", *overrides]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
 @pytest.mark.parametrize("kind", sorted(DMC_RUNS))
 def test_continuous_agents_on_dmc_resume_bit_exact_and_evaluate_with_video(kind, tmp_path):
-    """A run extended from its checkpoint at 150 steps (mid-episode: they are 100 steps) ends where
-    the uninterrupted 300-step run does (from pixels: the frames in replay, the shift's generator);
-    then evaluate.py plays it with a video and exports it."""
-    (whole, extended), _ = extended_run_ends_as_the_whole(lambda d, *o: dmc_train(d, kind, *o), tmp_path, 300)
+    """A run extended from its checkpoint at 100 steps (mid-episode: they are 60 steps; 50 updates
+    in) ends where the uninterrupted 200-step run does (from pixels: the frames in replay, the
+    shift's generator); then evaluate.py plays it with a video and exports it."""
+    (whole, extended), _ = extended_run_ends_as_the_whole(lambda d, *o: dmc_train(d, kind, *o), tmp_path, 200)
     assert json.loads((whole / "summary.json").read_text())["env"] == "dmc-cartpole-balance"  # env.label
     whole_evals, extended_evals = ({r.split(",")[0]: r.split(",")[1] for r in (d / "eval.csv").read_text().splitlines()[1:]}
                                    for d in (whole, extended))
-    assert list(whole_evals) == ["0", "200", "300"]  # the extended run evaluated at its end (150) too
+    assert list(whole_evals) == ["0", "150", "200"]  # the extended run evaluated at its end (100) too
     assert all(extended_evals[step] == ret for step, ret in whole_evals.items())
 
     proc = evaluate(f"run_dir={whole}", "episodes=1", "video=true", "video_episodes=1", "export=true")
