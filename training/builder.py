@@ -143,13 +143,14 @@ def uses_obs_norm(cfg: DictConfig) -> bool:
     return value
 
 
-def decide_speed(cfg: DictConfig) -> Speed:
-    """The run's `speed` group with `auto` decided for this machine; no batch shards for a network
-    with batch statistics (Batch Renormalization), where they would change what it computes."""
+def decide_speed(cfg: DictConfig, cores: int | None = None) -> Speed:
+    """The run's `speed` group with `auto` decided for this machine (or for `cores` cores); no batch
+    shards for a network with batch statistics (Batch Renormalization), where they would change
+    what it computes."""
     speed = cfg.speed
     if unshardable(cfg.network) and speed.batch_shards == "auto":
         speed = OmegaConf.merge(speed, {"batch_shards": 1})
-    return decide(speed, network_widths(cfg.network), int(cfg.batch_size),
+    return decide(speed, network_widths(cfg.network), int(cfg.batch_size), cores=cores,
                   batch_statistics=cfg.network.get("batch_renorm", False) is True)
 
 

@@ -170,9 +170,14 @@ def explicit_threads(speed: DictConfig) -> dict:
     return {k: v for k, v in (speed.get("threads") or {}).items() if v != "auto"}
 
 
-def apply_threads(speed: DictConfig, decided: Speed) -> None:
-    """Size TF's thread pools: the sizes the config set are required, those `auto` chose are hints."""
+def thread_pools(speed: DictConfig, decided: Speed) -> tuple[dict, dict]:
+    """The sizes of TF's thread pools a run applies (None: TF's default): those the config sets,
+    which are required, and those `auto` chose (`decided`), which are hints."""
     threads = speed.get("threads") or {}
-    configure_threads(**explicit_threads(speed))
-    hints = {k: getattr(decided, k) for k, v in threads.items() if v == "auto"}
+    return explicit_threads(speed), {k: getattr(decided, k) for k, v in threads.items() if v == "auto"}
+
+
+def apply_threads(speed: DictConfig, decided: Speed) -> None:
+    required, hints = thread_pools(speed, decided)
+    configure_threads(**required)
     configure_threads(**hints, required=False)
