@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.parametrize("agent,env,extra", [  # a continuous agent on two envs, a discrete one on one
-    ("td3", "pendulum", ["num_envs=2"]),
+    ("td3", "pendulum", ["num_envs=2", "network.hidden=[32,32]", "batch_size=64"]),
     ("dqn", "cartpole", ["network.hidden=[64,64]", "batch_size=64", "updates_per_step=0.25", "train_every=4"]),
 ])
 def test_throughput_benchmark_runs_and_reports_every_part(tmp_path, agent, env, extra):
