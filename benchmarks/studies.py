@@ -38,8 +38,10 @@ ONE_THREAD = {"tfrl": ["speed.threads.inter_op=1", "speed.threads.intra_op=1", "
               "sb3": ["sb3.threads=1"], "author": ["mrq_author.threads=1"]}
 SCRIPTS = {"tfrl": (sys.executable, "train.py"), "sb3": (SB3_PYTHON, "benchmarks/sb3_learning.py"),
            "author": (SB3_PYTHON, "benchmarks/mrq_reference.py")}
-# each side's own saves, so a run stopped with its sitting continues from them
-CHECKPOINTS = {"tfrl": [], "sb3": ["sb3.checkpoint_every=50000"], "author": ["mrq_author.checkpoint_every=10000"]}
+# each side's own saves, so a run stopped with its sitting continues from them (a run killed
+# outright, with its machine, from the last of them)
+CHECKPOINTS = {"tfrl": ["checkpoint.every=10000"], "sb3": ["sb3.checkpoint_every=50000"],
+               "author": ["mrq_author.checkpoint_every=10000"]}
 
 
 @dataclass(frozen=True)
