@@ -183,10 +183,6 @@ def build_learner(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space
                          random_shift=random_shift(cfg, agent.obs_shape))
 
 
-
-
-
-
 def describe(cfg: DictConfig) -> dict:
     """What a checkpoint must match to be restored into a run built from `cfg`."""
     return {
@@ -343,8 +339,6 @@ def eval_epsilon(cfg: DictConfig) -> float:
 def eval_seed(cfg: DictConfig) -> int:
     """The evaluation env's seed: apart from every training env's (seed .. seed + num_envs - 1)."""
     return int(cfg.seed) + max(100, int(cfg.num_envs))
-
-
 
 
 def population_settings(cfg: DictConfig, episodes: int) -> EvolutionSettings:
