@@ -163,8 +163,8 @@ def buffer_layout(overrides: list[str], sb3: bool = False) -> dict:
     SB3 cannot train the same run, so that nothing runs."""
     import numpy as np
     from envs.factory import make_env
-    from training.parts import build_buffer
     from training.config import compose_config, frame_stack
+    from training.parts import build_buffer
 
     cfg = compose_config(overrides)
     if sb3:

@@ -112,10 +112,11 @@ def traced_in_graph(chosen) -> set:
     return set(first.values())
 
 
-GRAPH = traced_in_graph(combinations())
+COMBINATIONS = combinations()
+GRAPH = traced_in_graph(COMBINATIONS)
 
 
-@pytest.mark.parametrize("agent,network,buffer,env", list(combinations()))
+@pytest.mark.parametrize("agent,network,buffer,env", COMBINATIONS)
 def test_every_combination_composes_and_instantiates(make_cfg, agent, network, buffer, env):
     # MR.Q's model unrolled 2 steps, not 5: its trace is most of such a run's cost. CrossQ in graph
     # mode where traced: speed=fast's auto picks XLA for it (test_fast_paths), whose compile (10 s)
