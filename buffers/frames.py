@@ -112,12 +112,11 @@ class FrameStore:
                 self.first_row[slot] = -1
 
     def state_dict(self, size: int) -> dict[str, np.ndarray]:
-        used = np.flatnonzero(self.first_row >= 0)
-        remap = np.zeros(len(self.first_row), np.int64)
-        remap[used] = np.arange(len(used))
-        return {"frames": self.frames[:size], "frame_step": self.step[:size], "frame_slot": remap[self.slot[:size]],
-                "firsts": self.firsts[used], "first_row": self.first_row[used],
-                "env_step": self._env_step, "env_slot": remap[self._env_slot]}
+        # every slot, freed ones too: rows of the unsampled band may still point at a freed slot
+        # (sequence reads wrap into that band), and a restored buffer must read what this one does
+        return {"frames": self.frames[:size], "frame_step": self.step[:size], "frame_slot": self.slot[:size],
+                "firsts": self.firsts, "first_row": self.first_row,
+                "env_step": self._env_step, "env_slot": self._env_slot}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         if tuple(state["frames"].shape[1:]) != self.frame_shape or state["frames"].dtype != self.dtype:

@@ -50,6 +50,8 @@ class Buffer(Protocol):
         step (a termination ends what a run needs)."""
     def update_priorities(self, td_error) -> None:
         """New priorities for the last sampled batch(es) from the update's TD errors (no-op if uniform)."""
+    def check_envs(self, num_envs: int) -> None:
+        """Raise ValueError if this buffer cannot take adds of `num_envs` transitions at a time."""
     def cut_episodes(self) -> None:
         """Mark the newest transition of every env as the end of its episode (truncated): the envs
         were reset between two adds, so the next add starts new episodes."""

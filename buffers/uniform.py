@@ -39,8 +39,7 @@ class UniformReplay:
         vectors = len(self.obs_shape) == 1 and frame_stack == 1 and np.issubdtype(obs_dtype, np.floating)
         self.frames = None if vectors else FrameStore(self.capacity, self.obs_shape, obs_dtype, frame_stack)
         self.obs_dim = self.obs_shape[0] if vectors else 0  # obs columns in the float matrix
-        if self.frames is not None and self.capacity <= self.frames.window(1):
-            raise ValueError(f"buffer.capacity={capacity} cannot hold stacks of {frame_stack} frames; use a larger one")
+        self.check_envs(1)
         self._ended = np.zeros(0, bool)  # per env: whether its last added transition ended an episode
         self.action_dim = int(action_dim)
         self.gamma = float(gamma)
@@ -75,9 +74,20 @@ class UniformReplay:
         frames = 0 if self.frames is None else self.frames.row_bytes
         return self._data.shape[1] * self._data.itemsize + frames
 
+    def check_envs(self, num_envs: int) -> None:
+        """Refuse a ring too small for stored frames added `num_envs` rows at a time: once full, its
+        `window` oldest rows cannot be rebuilt, and with none left to sample every draw would fail."""
+        if self.frames is not None and self.capacity <= self.frames.window(num_envs):
+            envs = f" from {num_envs} envs" if num_envs > 1 else ""
+            raise ValueError(f"buffer.capacity={self.capacity} cannot hold stacks of {self.frames.stack} frames{envs}: "
+                             f"once it is full, its oldest {self.frames.window(num_envs)} rows cannot be rebuilt; use a "
+                             f"capacity above {self.frames.window(num_envs)}")
+
     def add(self, obs, action, reward, next_obs, terminated, truncated) -> None:
         """Add a batch of transitions, one row per environment (leading axis = num_envs)."""
         n = np.asarray(reward).reshape(-1).shape[0]
+        if not self._stride:
+            self.check_envs(n)
         if self._stride and n != self._stride and (self.n_step > 1 or self.frames is not None):
             need = "n-step replay" if self.n_step > 1 else "replay of stored frames"
             raise ValueError(f"{need} needs the same number of envs in every add ({self._stride}), got {n}")

@@ -2,11 +2,15 @@
 gave, across episode ends, truncations, several envs and a ring that has wrapped."""
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 
 from buffers.prioritized import PrioritizedReplay
 from buffers.uniform import UniformReplay
+from training.config import ConfigError
+from training.parts import build_buffer
 
 H, W, C = 3, 2, 2
 
@@ -167,6 +171,48 @@ def test_each_episode_in_the_ring_keeps_one_first_observation_and_gives_it_back(
 def test_bad_frame_settings_are_named(shape, stack, problem):
     with pytest.raises(ValueError, match=problem):
         UniformReplay(30, shape, 1, 0.9, np.random.default_rng(0), obs_dtype=np.uint8, frame_stack=stack)
+
+
+@pytest.mark.parametrize("capacity,envs", [(12, 3), (4, 1)])
+def test_a_ring_too_small_for_the_stacks_of_its_envs_is_refused(capacity, envs):
+    """Once full, a ring's stack * envs oldest rows cannot be rebuilt: with no row left, the
+    uniform draw would fail and the prioritized one return a broken stack."""
+    buf = UniformReplay(capacity, (H, W, 4 * C), 1, 0.9, np.random.default_rng(0), obs_dtype=np.uint8,
+                        frame_stack=4) if envs > 1 else None
+    with pytest.raises(ValueError, match=f"capacity={capacity} cannot hold stacks of 4 frames.*above {4 * envs}"):
+        if buf is None:
+            UniformReplay(capacity, (H, W, 4 * C), 1, 0.9, np.random.default_rng(0), obs_dtype=np.uint8, frame_stack=4)
+        fill(buf, Stream(envs, 4, seed=0), 1)
+    cfg = OmegaConf.create({"buffer": {"_target_": "buffers.uniform.UniformReplay", "capacity": capacity, "gamma": 0.9},
+                            "num_envs": envs, "env": {"frame_stack": 4}})
+    with pytest.raises(ConfigError, match=f"cannot build buffers.uniform.UniformReplay: buffer.capacity={capacity}"):
+        build_buffer(cfg, gym.spaces.Box(0, 255, (H, W, 4 * C), np.uint8), gym.spaces.Discrete(2),
+                     np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_a_restored_ring_reads_what_the_saved_one_reads_where_a_first_observation_was_freed(prioritized):
+    """One episode longer than the ring, ending at its newest row: its first observation's slot was
+    given back when the row of its start was overwritten, yet the rows just after the cursor still
+    point at that slot, and a run from the newest row reads on into them. A restored ring must read
+    them as the saved one does (before, it kept only the slots in use and could not read them)."""
+    kind = PrioritizedReplay if prioritized else UniformReplay
+    make = lambda: kind(20, (H, W, 4 * C), 1, 0.9, np.random.default_rng(0), obs_dtype=np.uint8,  # noqa: E731
+                        frame_stack=4)
+    buf, frame = make(), (lambda t: np.full((H, W, C), t + 1, np.uint8))  # noqa: E731
+    history = [frame(0)] * 4
+    for t in range(21):
+        obs = np.concatenate(history[-4:], -1)
+        history.append(frame(t + 1))
+        buf.add(obs[None], [[0.0]], [1.0], np.concatenate(history[-4:], -1)[None], [t == 20], [False])
+    assert not (buf.frames.first_row >= 0).any()  # the episode's start is overwritten: no slot in use
+    saved = {k: np.array(v) for k, v in buf.state_dict().items()}
+    restored = make()
+    restored.load_state_dict(saved)
+    newest = np.array([(buf._cursor - 1) % 20])
+    for field in ("obs", "next_obs"):
+        np.testing.assert_array_equal(getattr(restored._sequences(newest, 3), field),
+                                      getattr(buf._sequences(newest, 3), field))
 
 
 def test_sequences_rebuild_each_step_of_the_run_from_the_frames():

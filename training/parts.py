@@ -48,7 +48,7 @@ def build_buffer(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space,
     """The replay buffer of the config, sized for these spaces (preallocated, its pages untouched)."""
     discrete = isinstance(action_space, gym.spaces.Discrete)
     check_settings(cfg.buffer, "buffer")
-    return instantiate_checked(
+    buffer = instantiate_checked(
         cfg.buffer,
         cfg.buffer._target_,
         obs_shape=tuple(int(d) for d in obs_space.shape),
@@ -58,3 +58,8 @@ def build_buffer(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space,
         obs_dtype=obs_space.dtype,
         frame_stack=frame_stack(cfg),
     )
+    try:
+        buffer.check_envs(int(cfg.num_envs))
+    except ValueError as err:
+        raise ConfigError(f"cannot build {cfg.buffer._target_}: {err}") from err
+    return buffer
