@@ -179,7 +179,7 @@ def test_a_ring_too_small_for_the_stacks_of_its_envs_is_refused(capacity, envs):
     uniform draw would fail and the prioritized one return a broken stack."""
     buf = UniformReplay(capacity, (H, W, 4 * C), 1, 0.9, np.random.default_rng(0), obs_dtype=np.uint8,
                         frame_stack=4) if envs > 1 else None
-    with pytest.raises(ValueError, match=f"capacity={capacity} cannot hold stacks of 4 frames.*above {4 * envs}"):
+    with pytest.raises(ValueError, match=f"capacity={capacity} is too small.*stacks of 4 frames from {envs} env.*above {4 * envs}"):
         if buf is None:
             UniformReplay(capacity, (H, W, 4 * C), 1, 0.9, np.random.default_rng(0), obs_dtype=np.uint8, frame_stack=4)
         fill(buf, Stream(envs, 4, seed=0), 1)
