@@ -6,7 +6,9 @@ standard DQN processing (Mnih et al. 2015, as Stable-Baselines3's AtariWrapper a
     goes on) -> FIRE after a reset where the game needs it -> rewards clipped to their sign
     (training only) -> 4 frames stacked (env.frame_stack, envs/pixels.py)
 
-Sticky actions (Machado et al. 2018: the last action repeated with probability 0.25) are a setting,
+A game is cut at 108k emulator frames (27k agent steps), by the emulator, so the limit counts the
+whole game and not each life (a truncation). Sticky actions (Machado et al. 2018: the last action
+repeated with probability 0.25) are a setting,
 off by default as in the DQN papers and SB3's zoo. Evaluation reports the game's score: conf/env/atari.yaml
 turns life loss and reward clipping off for its episodes. The emulator's whole state (its RNG
 included) is saved in checkpoints (`AleState`), so a run resumes mid-episode exactly.
@@ -109,16 +111,26 @@ class ClipReward(gym.RewardWrapper):
 
 def make_atari(game: str = "Breakout", frame_skip: int = 4, noop_max: int = 30, screen_size: int = 84,
                sticky_action_prob: float = 0.0, terminal_on_life_loss: bool = True, clip_rewards: bool = True,
-               fire_reset: bool = True, full_action_space: bool = False, render_mode: str | None = None) -> gym.Env:
-    """One Atari game with the processing above (without the frame stack, which env.frame_stack adds)."""
+               fire_reset: bool = True, full_action_space: bool = False, render_mode: str | None = None,
+               max_frames_per_episode: int | None = 108_000) -> gym.Env:
+    """One Atari game with the processing above (without the frame stack, which env.frame_stack adds).
+    `max_frames_per_episode` is the emulator's own time limit, in frames of one game: a truncation
+    there reaches EpisodicLife, which then resets the game, where a TimeLimit on top would count
+    each life apart and leave the game running (SB3's EpisodicLifeEnv takes truncation as game over
+    for the same reason)."""
     ale = _ale()
+    if max_frames_per_episode is not None and (isinstance(max_frames_per_episode, bool) or
+                                               not isinstance(max_frames_per_episode, int) or max_frames_per_episode < 1):
+        raise ValueError(f"env.max_frames_per_episode must be a positive integer or null (108000 in Machado et al. "
+                         f"2018: 30 minutes of play), got {max_frames_per_episode!r}")
     if not 0.0 <= float(sticky_action_prob) <= 1.0:
         raise ValueError(f"env.sticky_action_prob must lie in [0, 1] (0.25 in Machado et al. 2018), got {sticky_action_prob}")
     for key, value in (("frame_skip", frame_skip), ("screen_size", screen_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"env.{key} must be a positive integer, got {value!r}")
     env = ale.env.AtariEnv(game=rom_id(game), frameskip=1, repeat_action_probability=float(sticky_action_prob),
-                           full_action_space=bool(full_action_space), render_mode=render_mode)
+                           full_action_space=bool(full_action_space), render_mode=render_mode,
+                           max_num_frames_per_episode=max_frames_per_episode)
     env = gym.wrappers.AtariPreprocessing(AleState(env), noop_max=int(noop_max), frame_skip=frame_skip,
                                           screen_size=screen_size, terminal_on_life_loss=False, grayscale_obs=True)
     if terminal_on_life_loss:

@@ -18,6 +18,7 @@ from envs.state import env_state, set_env_state
 from helpers import ROOT, evaluate, extended_run_ends_as_the_whole
 from networks.cnn import conv_net, impala_cnn
 from training import plaindata
+from training.config import frame_stack
 
 
 def params(model) -> int:
@@ -145,7 +146,7 @@ PIXEL_RUNS = {
     "minatar": ["env=minatar", "env.game=breakout", "network.convs=[[4,3,1]]", "network.hidden=[16]",
                 "buffer=prioritized", "buffer.n_step=3", "buffer.beta_steps=400", "learning_starts=100", "batch_size=16"],
     "atari": ["env=atari", "env.game=Pong", "network.convs=[[4,8,4]]", "network.hidden=[16]", "buffer.capacity=150",
-              "learning_starts=100", "batch_size=16", "env.max_episode_steps=200"],
+              "learning_starts=100", "batch_size=16", "env.max_frames_per_episode=800"],
 }
 
 
@@ -391,6 +392,29 @@ def test_an_atari_step_is_four_emulator_frames(pong):
         before = ale.getEpisodeFrameNumber()
         pong.step(0)
         assert ale.getEpisodeFrameNumber() - before == 4
+
+
+def test_an_atari_game_is_cut_at_its_frame_limit_across_lives_and_then_starts_again(make_cfg):
+    """The time limit counts one game's emulator frames (108k in Machado et al. 2018; 400 here):
+    a training episode ended by a lost life does not restart the count, and the truncation that
+    ends the game makes the next reset a new game (all lives, frames from 0), as SB3's
+    EpisodicLifeEnv does. Before, a TimeLimit above the life-loss wrapper counted each life and
+    left the game running after truncating it."""
+    cfg = make_cfg("agent=dqn", "env=atari", "env.max_frames_per_episode=400")
+    env = make_env(cfg.env.id, seed=0, max_episode_steps=cfg.env.max_episode_steps, kwargs=cfg.env.kwargs,
+                   frame_stack=frame_stack(cfg))
+    env.reset(seed=3)
+    ale, lives_lost = env.unwrapped.ale, 0
+    for _ in range(1000):
+        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        if truncated:
+            break
+        if terminated:  # a lost life: the game goes on
+            lives_lost += 1
+            env.reset()
+    assert truncated and ale.getEpisodeFrameNumber() == 400 and lives_lost >= 1
+    env.reset()
+    assert ale.lives() == 5 and ale.getEpisodeFrameNumber() <= 4 * (30 + 2)  # no-ops, FIRE and UP of a new game
 
 
 @pytest.mark.parametrize("overrides,prob", [((), 0.0), (("env.sticky_action_prob=0.25",), 0.25)])
