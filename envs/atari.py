@@ -29,24 +29,37 @@ def _ale():
     return ale_py
 
 
+# Bundled ROMs of two-player games that ale-py cannot load for one player: it ends the whole
+# process instead of raising, so they are refused before it is asked.
+TWO_PLAYER = frozenset({"combat", "joust", "maze_craze", "warlords"})
+
+
+def _ids() -> dict[str, str]:
+    """The ALE's games by the names env.game takes (TicTacToe3d -> tic_tac_toe_3d)."""
+    return {"".join(part.capitalize() for part in rom.split("_")): rom
+            for rom in _ale().roms.get_all_rom_ids() if rom not in TWO_PLAYER}
+
+
 def games() -> list[str]:
     """The ALE's games, by the names env.game takes (Breakout, Pong, MontezumaRevenge, ...)."""
-    names = _ale().roms.get_all_rom_ids()
-    return sorted("".join(part.capitalize() for part in name.split("_")) for name in names)
+    return sorted(_ids())
 
 
 def rom_id(game: str) -> str:
-    """ALE's id of a game named as gymnasium names it (Breakout -> breakout, SpaceInvaders -> space_invaders)."""
-    snake = "".join(f"_{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(game))
-    known = _ale().roms.get_all_rom_ids()
-    if snake not in known:
-        import difflib
+    """ALE's id of a game named as gymnasium names it (Breakout -> breakout, SpaceInvaders ->
+    space_invaders), or given by that id."""
+    ids = _ids()
+    if game in ids or game in ids.values():
+        return ids.get(game, game)
+    import difflib
 
-        close = difflib.get_close_matches(game, games(), n=3, cutoff=0.6)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(f"the Arcade Learning Environment has no game {game!r}.{hint} Its {len(known)} games "
-                         f"(env.game=Breakout, Pong, ...): {', '.join(games())}")
-    return snake
+    close = difflib.get_close_matches(game, list(ids), n=3, cutoff=0.6)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    two_player = str(game).lower().replace("_", "") in {t.replace("_", "") for t in TWO_PLAYER}
+    what = (f"{game!r} is a two-player game, which it cannot run for one player" if two_player
+            else f"has no game {game!r}.{hint}")
+    raise ValueError(f"the Arcade Learning Environment {what}. Its {len(ids)} one-player games "
+                     f"(env.game=Breakout, Pong, ...): {', '.join(sorted(ids))}")
 
 
 class AleState(gym.Wrapper):

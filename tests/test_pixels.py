@@ -135,9 +135,22 @@ def test_atari_training_episodes_end_at_a_lost_life_and_the_game_goes_on():
         assert not terminated
 
 
-def test_an_unknown_atari_game_names_the_close_ones():
-    with pytest.raises(Exception, match="no game 'Breakou'. Did you mean Breakout"):
-        make_env("Atari-v5", seed=0, kwargs={"game": "Breakou"})
+@pytest.mark.parametrize("game,problem", [("Breakou", "has no game 'Breakou'. Did you mean Breakout"),
+                                          ("Combat", "'Combat' is a two-player game")])
+def test_an_unknown_or_two_player_atari_game_is_named(game, problem):
+    """A two-player ROM is refused before the ALE is asked: ale-py ends the process on it."""
+    with pytest.raises(Exception, match=problem):
+        make_env("Atari-v5", seed=0, kwargs={"game": game})
+
+
+def test_every_listed_atari_game_has_the_rom_id_the_ale_knows():
+    """The names env.game takes map back to the ALE's ids, digits included (TicTacToe3d is
+    tic_tac_toe_3d, not tic_tac_toe3d); the ids themselves are taken as given."""
+    from envs.atari import games, rom_id
+
+    ids = {rom_id(game) for game in games()}
+    assert "tic_tac_toe_3d" in ids and rom_id("TicTacToe3d") == rom_id("tic_tac_toe_3d") == "tic_tac_toe_3d"
+    assert len(ids) == len(games()) >= 100
 
 
 PIXEL_RUNS = {
