@@ -7,7 +7,8 @@ standard DQN processing (Mnih et al. 2015, as Stable-Baselines3's AtariWrapper a
     (training only) -> 4 frames stacked (env.frame_stack, envs/pixels.py)
 
 A game is cut at 108k emulator frames (27k agent steps), by the emulator, so the limit counts the
-whole game and not each life (a truncation). Sticky actions (Machado et al. 2018: the last action
+whole game and not each life (a truncation). The step that ends a game reports its score (unclipped, all lives) in its info, which the training
+loop logs as `game_score`. Sticky actions (Machado et al. 2018: the last action
 repeated with probability 0.25) are a setting,
 off by default as in the DQN papers and SB3's zoo. Evaluation reports the game's score: conf/env/atari.yaml
 turns life loss and reward clipping off for its episodes. The emulator's whole state (its RNG
@@ -72,6 +73,27 @@ class AleState(gym.Wrapper):
 
     def restore_state(self, state: dict[str, Any]) -> None:
         self.env.unwrapped.ale.restoreState(_ale().ALEState(np.asarray(state["ale"], np.uint8).tobytes()))
+
+
+class GameScore(gym.Wrapper):
+    """The game's own score and length in agent steps, reported in the info of the step that ends
+    the game (`game_score`, `game_length`): under life loss and clipping a training episode's
+    return is a life's clipped rewards, where SB3's Monitor and CleanRL log the game's score."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.score, self.length = 0.0, 0
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.score, self.length = self.score + float(reward), self.length + 1
+        if terminated or truncated:
+            info = {**info, "game_score": self.score, "game_length": self.length}
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, **kwargs):
+        self.score, self.length = 0.0, 0
+        return self.env.reset(**kwargs)
 
 
 class EpisodicLife(gym.Wrapper):
@@ -146,6 +168,7 @@ def make_atari(game: str = "Breakout", frame_skip: int = 4, noop_max: int = 30, 
                            max_num_frames_per_episode=max_frames_per_episode)
     env = gym.wrappers.AtariPreprocessing(AleState(env), noop_max=int(noop_max), frame_skip=frame_skip,
                                           screen_size=screen_size, terminal_on_life_loss=False, grayscale_obs=True)
+    env = GameScore(env)
     if terminal_on_life_loss:
         env = EpisodicLife(env)
     if fire_reset and "FIRE" in env.unwrapped.get_action_meanings():

@@ -145,3 +145,14 @@ def transition_next_obs(next_obs: np.ndarray, infos: dict, done: np.ndarray) -> 
     for i in np.flatnonzero(done):
         real[i] = infos["final_obs"][i]
     return real
+
+
+def finished_games(infos: dict) -> list[tuple[int, float, int]]:
+    """(env, score, length) of each game a vector step ended, where the env reports its games apart
+    from its episodes (Atari's `game_score`: a training episode there is one life); none elsewhere."""
+    final = infos.get("final_info") or {}
+    if "game_score" not in final:
+        return []
+    return [(int(i), float(final["game_score"][i]), int(final["game_length"][i]))
+            for i in np.flatnonzero(final["_game_score"])]
+

@@ -1,5 +1,6 @@
 """Pixels: the CNNs, MinAtar and Atari envs (their processing and exact state), and DQN trained on
 them through train.py: resumed bit-exact with frames stored once, evaluated with video, exported."""
+import csv
 import json
 import os
 import subprocess
@@ -143,6 +144,25 @@ def test_an_unknown_or_two_player_atari_game_is_named(game, problem):
         make_env("Atari-v5", seed=0, kwargs={"game": game})
 
 
+def test_a_training_game_reports_its_whole_unclipped_score_at_its_end():
+    """Space Invaders with the training settings (episodes of one life, rewards clipped to their
+    sign) reports, at the step that ends the game, the game's score: every clipped reward of its
+    3 episodes counts at least 5 points there, and its length covers them all."""
+    env = make_env("Atari-v5", seed=0, kwargs={"game": "SpaceInvaders"}, frame_stack=4)
+    env.reset(seed=0)
+    episodes, clipped, length = 0, 0.0, 0
+    for _ in range(5000):
+        _, reward, terminated, truncated, info = env.step(env.action_space.sample())
+        clipped, length = clipped + reward, length + 1
+        if "game_score" in info:
+            break
+        if terminated or truncated:
+            episodes += 1
+            env.reset()
+    assert episodes + 1 == 3 and set(info) >= {"game_score", "game_length"}
+    assert clipped > 0 and info["game_score"] >= 5 * clipped and info["game_length"] >= length
+
+
 def test_every_listed_atari_game_has_the_rom_id_the_ale_knows():
     """The names env.game takes map back to the ALE's ids, digits included (TicTacToe3d is
     tic_tac_toe_3d, not tic_tac_toe3d); the ids themselves are taken as given."""
@@ -179,6 +199,10 @@ def test_dqn_on_pixels_resumes_bit_exact_and_evaluates_with_video(kind, tmp_path
     assert any(np.ndim(v) == 4 for v in a.values())  # conv kernels among them
     whole_evals, extended_evals = ((d / "eval.csv").read_text().splitlines() for d in (whole, extended))
     assert [r.split(",")[:3] for r in whole_evals] == [r.split(",")[:3] for r in extended_evals]
+    if kind == "atari":  # games cut at 200 steps: the one under way at the checkpoint scores its whole
+        games = [[(r["step"], r["game_score"], r["game_length"]) for r in csv.DictReader(open(d / "train.csv"))
+                  if r.get("game_score")] for d in (whole, extended)]
+        assert games[0] == games[1] and len(games[0]) == 2, games
 
     proc = evaluate(f"run_dir={whole}", "episodes=1", "video=true", "video_episodes=1", "export=true")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 
 from agents.base import Learner, PolicyCheckpoints
 from buffers.types import Buffer
-from envs.factory import transition_next_obs
+from envs.factory import finished_games, transition_next_obs
 from training.assessment import Assessment, assess
 from training.driven import GraphDriver
 from training.evaluation import evaluate
@@ -108,6 +108,7 @@ def train(
     wall_before = st.wall_time
     t_log, step_log = t_start, st.step
     episodes: list[tuple[int, float, int]] = []  # (step, return, length) of episodes not yet logged
+    games: list[tuple[int, float, int]] = []  # (step, score, length) of games, where they are not episodes
 
     def run_eval() -> None:
         result = evaluate(learner, eval_env, s.eval_episodes, seed=s.eval_seed, epsilon=s.eval_epsilon)
@@ -154,6 +155,7 @@ def train(
                     train_now |= episode_end(ret)
                 elif at_episode_ends and st.step > s.learning_starts:
                     st.policy_acts = True
+        games.extend((st.step, score, length) for _, score, length in finished_games(infos))
         if not learning or not train_now:
             return 0
         # The sum of a ratio such as 0.1 or 0.3 falls a float rounding short of a whole update
@@ -222,7 +224,10 @@ def train(
                     break
         for step, ret, length in episodes:  # logged here: never from inside a compiled call
             logger.log("train", step, {"episode_return": ret, "episode_length": length})
+        for step, score, length in games:
+            logger.log("train", step, {"game_score": score, "game_length": length})
         episodes.clear()
+        games.clear()
 
         if st.step >= st.next_log:
             now = time.perf_counter()
