@@ -128,3 +128,10 @@ class FrameStore:
         self.step[:size], self.slot[:size] = state["frame_step"], state["frame_slot"]
         self.firsts, self.first_row = np.array(state["firsts"]), np.array(state["first_row"], np.int64)
         self._env_step, self._env_slot = np.array(state["env_step"], np.int64), np.array(state["env_slot"], np.int64)
+        # checkpoints before every slot was saved kept only those in use: rows pointing past them
+        # (the unsampled band) get free slots to point at
+        slots = max(int(self.slot[:size].max(initial=-1)), int(self._env_slot.max(initial=-1))) + 1
+        if len(self.first_row) < slots:
+            more = slots - len(self.first_row)
+            self.firsts = np.concatenate([self.firsts, np.zeros((more, *self.firsts.shape[1:]), self.dtype)])
+            self.first_row = np.concatenate([self.first_row, np.full(more, -1, np.int64)])

@@ -78,10 +78,9 @@ class UniformReplay:
         """Refuse a ring too small for stored frames added `num_envs` rows at a time: once full, its
         `window` oldest rows cannot be rebuilt, and with none left to sample every draw would fail."""
         if self.frames is not None and self.capacity <= self.frames.window(num_envs):
-            plural = lambda n, what: f"{n} {what}{'s' if n > 1 else ''}"  # noqa: E731
-            window = self.frames.window(num_envs)
+            window, k = self.frames.window(num_envs), self.frames.stack
             raise ValueError(f"buffer.capacity={self.capacity} is too small for frames stored once: with stacks of "
-                             f"{plural(self.frames.stack, 'frame')} from {plural(num_envs, 'env')}, the oldest {window} "
+                             f"{k} frame{'s' if k > 1 else ''} from num_envs={num_envs}, the oldest {window} "
                              f"rows of a full ring cannot be rebuilt; use a capacity above {window}")
 
     def add(self, obs, action, reward, next_obs, terminated, truncated) -> None:

@@ -6,11 +6,11 @@ standard DQN processing (Mnih et al. 2015, as Stable-Baselines3's AtariWrapper a
     goes on) -> FIRE after a reset where the game needs it -> rewards clipped to their sign
     (training only) -> 4 frames stacked (env.frame_stack, envs/pixels.py)
 
-A game is cut at 108k emulator frames (27k agent steps), by the emulator, so the limit counts the
-whole game and not each life (a truncation). The step that ends a game reports its score (unclipped, all lives) in its info, which the training
-loop logs as `game_score`. Sticky actions (Machado et al. 2018: the last action
-repeated with probability 0.25) are a setting,
-off by default as in the DQN papers and SB3's zoo. Evaluation reports the game's score: conf/env/atari.yaml
+A game is cut (truncated) at 108k emulator frames, 27k agent steps, by the emulator itself, so the
+limit counts the whole game and not each life. The step that ends a game reports its score
+(unclipped, all lives) in its info, which the training loop logs as `game_score`. Sticky actions
+(Machado et al. 2018: the last action repeated with probability 0.25) are a setting, off by default
+as in the DQN papers and SB3's zoo. Evaluation reports the game's score: conf/env/atari.yaml
 turns life loss and reward clipping off for its episodes. The emulator's whole state (its RNG
 included) is saved in checkpoints (`AleState`), so a run resumes mid-episode exactly.
 """
@@ -76,24 +76,52 @@ class AleState(gym.Wrapper):
 
 
 class GameScore(gym.Wrapper):
-    """The game's own score and length in agent steps, reported in the info of the step that ends
-    the game (`game_score`, `game_length`): under life loss and clipping a training episode's
-    return is a life's clipped rewards, where SB3's Monitor and CleanRL log the game's score."""
+    """Counts each game's own score (every reward, unclipped, all lives) and length (agent steps,
+    the resets' no-op and FIRE steps included) below the life-loss and clipping wrappers, and keeps
+    the games that ended for `ReportGames` to hand out: a game may end inside a wrapper's reset
+    step, whose info that wrapper does not pass on."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
         self.score, self.length = 0.0, 0
+        self.ended: list[tuple[float, int]] = []  # (score, length) of games not yet reported
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.score, self.length = self.score + float(reward), self.length + 1
         if terminated or truncated:
-            info = {**info, "game_score": self.score, "game_length": self.length}
+            self.ended.append((self.score, self.length))
+            self.score, self.length = 0.0, 0
         return obs, reward, terminated, truncated, info
 
     def reset(self, **kwargs):
         self.score, self.length = 0.0, 0
         return self.env.reset(**kwargs)
+
+
+class ReportGames(gym.Wrapper):
+    """The outermost of an Atari env: the info of each step or reset after which a game has ended
+    holds its `game_score` and `game_length` (where SB3's Monitor and CleanRL log the game's score,
+    a training episode here is a life's clipped rewards)."""
+
+    def __init__(self, env: gym.Env, games: GameScore):
+        super().__init__(env)
+        self._games = games
+
+    def _report(self, info: dict) -> dict:
+        if not self._games.ended:
+            return info
+        score, length = self._games.ended.pop()
+        self._games.ended.clear()  # two games end within one step only if a reset plays a whole one
+        return {**info, "game_score": score, "game_length": length}
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, terminated, truncated, self._report(info)
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return obs, self._report(info)
 
 
 class EpisodicLife(gym.Wrapper):
@@ -168,9 +196,9 @@ def make_atari(game: str = "Breakout", frame_skip: int = 4, noop_max: int = 30, 
                            max_num_frames_per_episode=max_frames_per_episode)
     env = gym.wrappers.AtariPreprocessing(AleState(env), noop_max=int(noop_max), frame_skip=frame_skip,
                                           screen_size=screen_size, terminal_on_life_loss=False, grayscale_obs=True)
-    env = GameScore(env)
+    env = games = GameScore(env)
     if terminal_on_life_loss:
         env = EpisodicLife(env)
     if fire_reset and "FIRE" in env.unwrapped.get_action_meanings():
         env = FireReset(env)
-    return ClipReward(env) if clip_rewards else env
+    return ReportGames(ClipReward(env) if clip_rewards else env, games)

@@ -149,10 +149,12 @@ def transition_next_obs(next_obs: np.ndarray, infos: dict, done: np.ndarray) -> 
 
 def finished_games(infos: dict) -> list[tuple[int, float, int]]:
     """(env, score, length) of each game a vector step ended, where the env reports its games apart
-    from its episodes (Atari's `game_score`: a training episode there is one life); none elsewhere."""
-    final = infos.get("final_info") or {}
-    if "game_score" not in final:
-        return []
-    return [(int(i), float(final["game_score"][i]), int(final["game_length"][i]))
-            for i in np.flatnonzero(final["_game_score"])]
-
+    from its episodes (Atari's `game_score`: a training episode there is one life); none elsewhere.
+    A game ends in a step (its info is the final one) or, rarely, in a reset's own steps (the info
+    of the reset that same-step autoreset made)."""
+    games = []
+    for info in (infos.get("final_info") or {}, infos):
+        if "game_score" in info:
+            games += [(int(i), float(info["game_score"][i]), int(info["game_length"][i]))
+                      for i in np.flatnonzero(info["_game_score"])]
+    return games

@@ -179,7 +179,7 @@ def test_a_ring_too_small_for_the_stacks_of_its_envs_is_refused(capacity, envs):
     uniform draw would fail and the prioritized one return a broken stack."""
     buf = UniformReplay(capacity, (H, W, 4 * C), 1, 0.9, np.random.default_rng(0), obs_dtype=np.uint8,
                         frame_stack=4) if envs > 1 else None
-    with pytest.raises(ValueError, match=f"capacity={capacity} is too small.*stacks of 4 frames from {envs} env.*above {4 * envs}"):
+    with pytest.raises(ValueError, match=f"capacity={capacity} is too small.*stacks of 4 frames from num_envs={envs}, .*above {4 * envs}"):
         if buf is None:
             UniformReplay(capacity, (H, W, 4 * C), 1, 0.9, np.random.default_rng(0), obs_dtype=np.uint8, frame_stack=4)
         fill(buf, Stream(envs, 4, seed=0), 1)
@@ -213,6 +213,16 @@ def test_a_restored_ring_reads_what_the_saved_one_reads_where_a_first_observatio
     for field in ("obs", "next_obs"):
         np.testing.assert_array_equal(getattr(restored._sequences(newest, 3), field),
                                       getattr(buf._sequences(newest, 3), field))
+    # a checkpoint of the earlier layout (only the slots in use, here none, the rows remapped to 0) loads,
+    # and its band rows read a free slot rather than fail
+    used = np.flatnonzero(saved["first_row"] >= 0)
+    remap = np.zeros(len(saved["first_row"]), np.int64)
+    remap[used] = np.arange(len(used))
+    old = {**saved, "frame_slot": remap[saved["frame_slot"]], "env_slot": remap[saved["env_slot"]],
+           "firsts": saved["firsts"][used], "first_row": saved["first_row"][used]}
+    from_old = make()
+    from_old.load_state_dict(old)
+    assert from_old._sequences(newest, 3).next_obs.shape == buf._sequences(newest, 3).next_obs.shape
 
 
 def test_sequences_rebuild_each_step_of_the_run_from_the_frames():

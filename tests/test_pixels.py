@@ -13,7 +13,7 @@ import pytest
 
 import envs  # noqa: F401 (registers MinAtar-v1 and Atari-v5)
 from buffers.types import Batch
-from envs.factory import make_env, make_vector_env
+from envs.factory import finished_games, make_env, make_vector_env
 from envs.minatar import GAMES
 from envs.state import env_state, set_env_state
 from helpers import ROOT, evaluate, extended_run_ends_as_the_whole
@@ -161,6 +161,30 @@ def test_a_training_game_reports_its_whole_unclipped_score_at_its_end():
             env.reset()
     assert episodes + 1 == 3 and set(info) >= {"game_score", "game_length"}
     assert clipped > 0 and info["game_score"] >= 5 * clipped and info["game_length"] >= length
+
+
+def test_a_game_that_ends_in_a_resets_own_step_is_reported_too():
+    """The frame limit set to land on the FIRE step that follows a lost life (12 frames after it:
+    the life-loss reset's no-op, then FIRE): the game ends inside the reset that same-step autoreset
+    runs, and the vector step reports it from that reset's info."""
+    kwargs = {"game": "Breakout", "max_frames_per_episode": 108_000}
+
+    def first_life_lost(limit):
+        envs = make_vector_env("Atari-v5", 1, seed=0, kwargs={**kwargs, "max_frames_per_episode": limit}, frame_stack=4)
+        envs.reset(seed=3)
+        for steps in range(1, 1000):
+            _, _, terminated, truncated, infos = envs.step(np.zeros(1, np.int64))  # NOOP: the ball is missed
+            if terminated[0] or truncated[0]:
+                return envs.unwrapped.envs[0].unwrapped.ale.getEpisodeFrameNumber(), steps, infos
+        raise AssertionError("no life lost in 1000 steps")
+
+    after_reset, steps, infos = first_life_lost(108_000)
+    assert finished_games(infos) == []  # a life, not the game
+    lost_at = after_reset - 12  # the reset's no-op, FIRE and UP steps came after it, 4 frames each
+    _, _, infos = first_life_lost(lost_at + 8)
+    assert "game_score" not in infos.get("final_info", {})  # the step itself ended a life
+    [(env, score, length)] = finished_games(infos)
+    assert env == 0 and score == 0.0 and length == 2 + steps + 2  # FIRE, UP; the agent's steps; no-op, FIRE
 
 
 def test_every_listed_atari_game_has_the_rom_id_the_ale_knows():
