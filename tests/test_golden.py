@@ -12,8 +12,8 @@ speed=plain and one TF thread, and records
     last evaluation and the run's summary, without wall-clock figures.
 
 The test asserts the reductions with rtol=1e-4 in weight terms (each may move as far as it would if
-every weight moved by 1e-4 of itself), the metrics with rtol=1e-4, and small integer variables
-exactly. It does not assert the digest, which is reported in the failure message for information:
+every weight moved by 1e-4 of itself; an Adam first moment, by 1e-4 of the gradients it averages), the
+metrics with rtol=1e-4, and small integer variables exactly. It does not assert the digest, which is reported in the failure message for information:
 oneDNN picks its kernels by the CPU's instruction set, so the bits may differ on another CPU while
 the maths is the same. Measured: with oneDNN's kernels turned off (TF_ENABLE_ONEDNN_OPTS=0: other
 kernels, other rounding) every case stays within 0.12x the tolerance, while a changed maths step
