@@ -84,13 +84,13 @@ class GameScore(gym.Wrapper):
     def __init__(self, env: gym.Env):
         super().__init__(env)
         self.score, self.length = 0.0, 0
-        self.ended: list[tuple[float, int]] = []  # (score, length) of games not yet reported
+        self.ended: tuple[float, int] | None = None  # (score, length) of a game not yet reported
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.score, self.length = self.score + float(reward), self.length + 1
         if terminated or truncated:
-            self.ended.append((self.score, self.length))
+            self.ended = (self.score, self.length)
             self.score, self.length = 0.0, 0
         return obs, reward, terminated, truncated, info
 
@@ -109,10 +109,9 @@ class ReportGames(gym.Wrapper):
         self._games = games
 
     def _report(self, info: dict) -> dict:
-        if not self._games.ended:
+        if self._games.ended is None:
             return info
-        score, length = self._games.ended.pop()
-        self._games.ended.clear()  # two games end within one step only if a reset plays a whole one
+        (score, length), self._games.ended = self._games.ended, None
         return {**info, "game_score": score, "game_length": length}
 
     def step(self, action):
@@ -182,15 +181,13 @@ def make_atari(game: str = "Breakout", frame_skip: int = 4, noop_max: int = 30, 
     each life apart and leave the game running (SB3's EpisodicLifeEnv takes truncation as game over
     for the same reason)."""
     ale = _ale()
-    if max_frames_per_episode is not None and (isinstance(max_frames_per_episode, bool) or
-                                               not isinstance(max_frames_per_episode, int) or max_frames_per_episode < 1):
-        raise ValueError(f"env.max_frames_per_episode must be a positive integer or null (108000 in Machado et al. "
-                         f"2018: 30 minutes of play), got {max_frames_per_episode!r}")
     if not 0.0 <= float(sticky_action_prob) <= 1.0:
         raise ValueError(f"env.sticky_action_prob must lie in [0, 1] (0.25 in Machado et al. 2018), got {sticky_action_prob}")
-    for key, value in (("frame_skip", frame_skip), ("screen_size", screen_size)):
+    for key, value in (("frame_skip", frame_skip), ("screen_size", screen_size),
+                       ("max_frames_per_episode", 1 if max_frames_per_episode is None else max_frames_per_episode)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"env.{key} must be a positive integer, got {value!r}")
+            raise ValueError(f"env.{key} must be a positive integer{' or null' if key.startswith('max') else ''}, "
+                             f"got {value!r}")
     env = ale.env.AtariEnv(game=rom_id(game), frameskip=1, repeat_action_probability=float(sticky_action_prob),
                            full_action_space=bool(full_action_space), render_mode=render_mode,
                            max_num_frames_per_episode=max_frames_per_episode)

@@ -147,14 +147,13 @@ def transition_next_obs(next_obs: np.ndarray, infos: dict, done: np.ndarray) -> 
     return real
 
 
-def finished_games(infos: dict) -> list[tuple[int, float, int]]:
-    """(env, score, length) of each game a vector step ended, where the env reports its games apart
-    from its episodes (Atari's `game_score`: a training episode there is one life); none elsewhere.
-    A game ends in a step (its info is the final one) or, rarely, in a reset's own steps (the info
-    of the reset that same-step autoreset made)."""
-    games = []
-    for info in (infos.get("final_info") or {}, infos):
-        if "game_score" in info:
-            games += [(int(i), float(info["game_score"][i]), int(info["game_length"][i]))
-                      for i in np.flatnonzero(info["_game_score"])]
-    return games
+def finished_games(infos: dict, done: np.ndarray) -> list[tuple[float, int]]:
+    """(score, length) of each game a vector step ended, where the env reports its games apart from
+    its episodes (Atari's `game_score`: a training episode there is one life); none elsewhere. A game
+    ends with an episode: in its last step (the final info) or, rarely, in the steps of the reset
+    that same-step autoreset made (that reset's info)."""
+    if not done.any():
+        return []
+    return [(float(info["game_score"][i]), int(info["game_length"][i]))
+            for info in (infos.get("final_info") or {}, infos) if "game_score" in info
+            for i in np.flatnonzero(info["_game_score"])]

@@ -175,16 +175,15 @@ def test_a_game_that_ends_in_a_resets_own_step_is_reported_too():
         for steps in range(1, 1000):
             _, _, terminated, truncated, infos = envs.step(np.zeros(1, np.int64))  # NOOP: the ball is missed
             if terminated[0] or truncated[0]:
-                return envs.unwrapped.envs[0].unwrapped.ale.getEpisodeFrameNumber(), steps, infos
+                return envs.unwrapped.envs[0].unwrapped.ale.getEpisodeFrameNumber(), steps, infos, terminated | truncated
         raise AssertionError("no life lost in 1000 steps")
 
-    after_reset, steps, infos = first_life_lost(108_000)
-    assert finished_games(infos) == []  # a life, not the game
+    after_reset, steps, infos, done = first_life_lost(108_000)
+    assert finished_games(infos, done) == []  # a life, not the game
     lost_at = after_reset - 12  # the reset's no-op, FIRE and UP steps came after it, 4 frames each
-    _, _, infos = first_life_lost(lost_at + 8)
+    _, _, infos, done = first_life_lost(lost_at + 8)
     assert "game_score" not in infos.get("final_info", {})  # the step itself ended a life
-    [(env, score, length)] = finished_games(infos)
-    assert env == 0 and score == 0.0 and length == 2 + steps + 2  # FIRE, UP; the agent's steps; no-op, FIRE
+    assert finished_games(infos, done) == [(0.0, 2 + steps + 2)]  # FIRE, UP; the agent's steps; no-op, FIRE
 
 
 def test_every_listed_atari_game_has_the_rom_id_the_ale_knows():

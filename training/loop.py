@@ -155,7 +155,7 @@ def train(
                     train_now |= episode_end(ret)
                 elif at_episode_ends and st.step > s.learning_starts:
                     st.policy_acts = True
-        games.extend((st.step, score, length) for _, score, length in finished_games(infos))
+        games.extend((st.step, score, length) for score, length in finished_games(infos, done))
         if not learning or not train_now:
             return 0
         # The sum of a ratio such as 0.1 or 0.3 falls a float rounding short of a whole update
