@@ -153,7 +153,9 @@ class EpisodicLife(gym.Wrapper):
 
 
 class FireReset(gym.Wrapper):
-    """FIRE (then UP) after a reset, for games that wait for it to start (SB3's FireResetEnv)."""
+    """Actions 1 (FIRE) and 2 after a reset, for games that wait for FIRE to start (SB3's
+    FireResetEnv). Only where action 1 is FIRE: Backgammon's and VideoCheckers' FIRE is action 0,
+    and 1 and 2 there move."""
 
     def reset(self, **kwargs):
         self.env.reset(**kwargs)
@@ -191,11 +193,15 @@ def make_atari(game: str = "Breakout", frame_skip: int = 4, noop_max: int = 30, 
     env = ale.env.AtariEnv(game=rom_id(game), frameskip=1, repeat_action_probability=float(sticky_action_prob),
                            full_action_space=bool(full_action_space), render_mode=render_mode,
                            max_num_frames_per_episode=max_frames_per_episode)
+    meanings = env.unwrapped.get_action_meanings()
+    if int(noop_max) > 0 and meanings[0] != "NOOP":
+        raise ValueError(f"{game} has no NOOP action (its actions are {', '.join(meanings)}), and the no-op starts "
+                         f"press action 0 as one; set env.kwargs.noop_max=0 to start its games without them")
     env = gym.wrappers.AtariPreprocessing(AleState(env), noop_max=int(noop_max), frame_skip=frame_skip,
                                           screen_size=screen_size, terminal_on_life_loss=False, grayscale_obs=True)
     env = games = GameScore(env)
     if terminal_on_life_loss:
         env = EpisodicLife(env)
-    if fire_reset and "FIRE" in env.unwrapped.get_action_meanings():
+    if fire_reset and meanings[1:2] == ["FIRE"] and len(meanings) >= 3:  # SB3's FireResetEnv's precondition
         env = FireReset(env)
     return ReportGames(ClipReward(env) if clip_rewards else env, games)

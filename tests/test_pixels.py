@@ -144,6 +144,19 @@ def test_an_unknown_or_two_player_atari_game_is_named(game, problem):
         make_env("Atari-v5", seed=0, kwargs={"game": game})
 
 
+@pytest.mark.parametrize("game,fires", [("Breakout", True), ("Pong", True), ("Backgammon", False), ("Seaquest", True),
+                                        ("MsPacman", False)])
+def test_fire_after_a_reset_only_where_action_1_is_fire(game, fires):
+    """SB3's FireResetEnv presses actions 1 and 2 where action 1 is FIRE. Backgammon's FIRE is
+    action 0 (1 and 2 move), so it gets no FIRE reset, where a check for FIRE among the actions
+    had pressed RIGHT and LEFT after each reset; MsPacman has no FIRE."""
+    from envs.atari import FireReset, make_atari
+
+    env = make_atari(game, noop_max=0)
+    assert (FireReset in wrapper_chain(env)) is fires
+    assert (env.unwrapped.get_action_meanings()[1] == "FIRE") is fires
+
+
 def test_a_training_game_reports_its_whole_unclipped_score_at_its_end():
     """Space Invaders with the training settings (episodes of one life, rewards clipped to their
     sign) reports, at the step that ends the game, the game's score: every clipped reward of its

@@ -112,6 +112,12 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
         (["updates_per_step=abc"], "updates_per_step must be a number, got 'abc'"),
         (["agent=dqn", "env=minatar", "env.game=pong"], "MinAtar has no game 'pong'; its games are asterix, breakout"),
         (["agent=dqn", "env=atari", "env.game=Breakou"], "has no game 'Breakou'. Did you mean Breakout"),
+        (["agent=dqn", "env=atari", "env.game=Backgammon"], "Backgammon has no NOOP action (its actions are FIRE, "
+                                                             "RIGHT, LEFT), and the no-op starts press action 0 as one; "
+                                                             "set env.kwargs.noop_max=0"),
+        (["agent=dqn", "env=atari", "env.max_episode_steps=1000"], "env.max_episode_steps=1000 with "
+                                                                    "env.kwargs.terminal_on_life_loss=true: a training "
+                                                                    "episode is one life there"),
         (["agent=td3", "env=minatar"], "TD3 needs a continuous (Box) action space"),
         (["agent=sac", "env=atari"], "SAC needs a continuous (Box) action space"),
         (["agent=dqn", "env=minatar", "network=mlp"], "gives image observations of shape (10, 10, 4), but the network "

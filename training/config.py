@@ -120,6 +120,16 @@ def validate(cfg: DictConfig) -> None:
     every = cfg.logger.every
     if not isinstance(every, int) or isinstance(every, bool) or every <= 0:
         raise ConfigError(f"logger.every must be a positive integer, got {every!r}; set e.g. logger.every=1000.")
+    env_kwargs = cfg.env.get("kwargs") or {}
+    if cfg.env.get("max_episode_steps") is not None and env_kwargs.get("terminal_on_life_loss", False):
+        skip = cfg.env.get("frame_skip", 4)
+        raise ConfigError(
+            f"env.max_episode_steps={cfg.env.max_episode_steps} with env.kwargs.terminal_on_life_loss=true: a training "
+            f"episode is one life there, so a step limit on top would count each life apart and leave the game "
+            f"running when it cuts one. Limit whole games with env.max_frames_per_episode (emulator frames, "
+            f"{skip} x {cfg.env.max_episode_steps} steps at env.frame_skip={skip}), or set "
+            f"env.max_episode_steps=null."
+        )
     validate_speed(cfg.speed, batch, unshardable(cfg.network))
 
 
