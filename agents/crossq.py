@@ -62,11 +62,12 @@ class CrossQ(SquashedGaussianActor):
         policy_delay: int = 3,
         init_alpha: float = 1.0,
         target_entropy: float | str = "auto",
+        tanh_epsilon: float = losses.TANH_EPSILON,
     ):
         checks.integer(policy_delay, "policy_delay", "an integer >= 1 (3 in CrossQ: the actor steps on every third update)")
         checks.number(init_alpha, "init_alpha", "a positive number (1.0 in sb3-contrib)", lambda x: x > 0)
         checks.number(beta_1, "beta_1", "in [0, 1) (0.5 in CrossQ, 0.9 Adam's default)", lambda x: 0 <= x < 1)
-        super().__init__(obs_shape, action_low, action_high, network, rng)
+        super().__init__(obs_shape, action_low, action_high, network, rng, tanh_epsilon)
         self.policy_delay = int(policy_delay)
         self.target_entropy = check_target_entropy(target_entropy, self.action_dim)
 

@@ -49,11 +49,12 @@ class SAC(SquashedGaussianActor):
         init_alpha: float = 1.0,
         target_entropy: float | str = "auto",
         log_std: str = "clip",
+        tanh_epsilon: float = losses.TANH_EPSILON,
     ):
         checks.choice(log_std, "log_std", sorted(losses.LOG_STD_MAPS),
                       " (clip: SB3's clamp to [-20, 2]; tanh: CleanRL's smooth bound into [-5, 2])")
         checks.number(init_alpha, "init_alpha", "a positive number (1.0 in SB3 and CleanRL)", lambda x: x > 0)
-        super().__init__(obs_shape, action_low, action_high, network, rng)
+        super().__init__(obs_shape, action_low, action_high, network, rng, tanh_epsilon)
         self.log_std = losses.LOG_STD_MAPS[log_std]  # a plain function on the instance: tf or numpy in
         self.tau = check_tau(tau)
         self.target_entropy = check_target_entropy(target_entropy, self.action_dim)

@@ -10,7 +10,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from agents import losses
+from agents import checks, losses
 from agents.acting import Forward
 from agents.base import ActionBox, Needs, critic_network, network_input, tf_seed
 from buffers.types import obs_shape_of
@@ -22,7 +22,11 @@ class SquashedGaussianActor:
     log_std = staticmethod(losses.bounded_log_std)  # the head's raw output -> log std, tf or numpy
 
     def __init__(self, obs_shape: int | tuple[int, ...], action_low: np.ndarray, action_high: np.ndarray,
-                 network: Callable[..., keras.Model], rng: np.random.Generator):
+                 network: Callable[..., keras.Model], rng: np.random.Generator,
+                 tanh_epsilon: float = losses.TANH_EPSILON):
+        self.tanh_epsilon = float(checks.number(
+            tanh_epsilon, "tanh_epsilon", f"a number in [0, 1e-2] ({losses.TANH_EPSILON:g} in SB3 and CleanRL: "
+            f"log(1 - a^2 + eps); 0: the exact log(1 - tanh(u)^2))", lambda x: 0 <= x <= 1e-2))
         self.obs_in = network_input(obs_shape)  # a vector's size, or an image's shape
         self.obs_shape = obs_shape_of(obs_shape)
         self.box = ActionBox(action_low, action_high)
@@ -42,7 +46,7 @@ class SquashedGaussianActor:
         `training` is the actor's mode (its Batch Renormalization's statistics move in it)."""
         mean, raw = tf.split(self.actor(obs, training=training), 2, axis=-1)
         noise = self._tf_rng.normal(tf.shape(mean))
-        squashed, log_prob = losses.squashed_gaussian(mean, self.log_std(raw), noise)
+        squashed, log_prob = losses.squashed_gaussian(mean, self.log_std(raw), noise, self.tanh_epsilon)
         return losses.scale_action(squashed, self.low, self.high), log_prob
 
     def policy(self, obs: tf.Tensor) -> tf.Tensor:

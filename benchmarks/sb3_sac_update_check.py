@@ -18,11 +18,11 @@ Compared per update: the critic, actor and temperature losses, log alpha after t
 network the change of its weights by the update (|tfrl's change - SB3's| / |SB3's|). Beside each,
 the same difference for SB3's own update of the batch's rows in another order: the floor that
 float32 rounding sets; the two frameworks' kernels round more differently than that, to about 1e-4.
-- SB3's log density of the squashed action adds 1e-6 inside log(1 - tanh(u)^2), where tfrl's is
-  exact, the one difference in the maths that remains; SB3's side uses the exact form unless
-  `--sb3-as-is`. The temperature's loss, -log alpha * (log pi + target entropy), is a small
-  difference of large terms, and with SB3's form it differs by up to 6e-3 (on a trained
-  walker-walk run); nothing else moves above 2e-4.
+- Both sides' log density of the squashed action adds 1e-6 inside log(1 - tanh(u)^2) (SB3's,
+  tfrl's `agent.tanh_epsilon` default); `--exact-tanh` takes the exact log(1 - tanh(u)^2) on both
+  (SB3's patched, tfrl's `tanh_epsilon=0`). With one side exact and the other not, the
+  temperature's loss, -log alpha * (log pi + target entropy), a small difference of large terms,
+  differed by up to 6e-3 on a trained walker-walk run, where actions saturate.
 - Both sides go on with SB3's Adam state unless `--fresh-adam`. Adam's first step moves each
   weight by about lr * sign(g), so the weights whose gradients are near epsilon move by what
   rounding makes of g: the first update's changes differ by up to 3e-3, the next ones' by 1e-4.
@@ -131,8 +131,8 @@ def restore(model, saved) -> None:
 
 
 def exact_squash_log_prob() -> None:
-    """SB3's log density of the squashed action with log(1 - tanh(u)^2) exact, as tfrl's, where SB3
-    adds 1e-6 inside the log."""
+    """SB3's log density of the squashed action with log(1 - tanh(u)^2) exact, as tfrl's with
+    tanh_epsilon=0, where SB3 adds 1e-6 inside the log."""
     import math
 
     import torch
@@ -147,7 +147,7 @@ def exact_squash_log_prob() -> None:
 
 
 def sb3_side(out: str, checkpoint: str | None, batches: int, batch_size: int, seed: int, fresh_adam: bool,
-             as_is: bool) -> None:
+             exact_tanh: bool) -> None:
     import pickle
 
     import gymnasium as gym
@@ -168,7 +168,7 @@ def sb3_side(out: str, checkpoint: str | None, batches: int, batch_size: int, se
         model.learn(3000)
         replay = model.replay_buffer
     model.set_logger(configure(None, []))
-    if not as_is:
+    if exact_tanh:
         exact_squash_log_prob()
     if fresh_adam:
         model.actor.optimizer = torch.optim.Adam(model.actor.parameters(), lr=model.lr_schedule(1))
@@ -238,7 +238,7 @@ def differences(data: dict, k: int, side: str, start: str) -> dict[str, float]:
     return row
 
 
-def tfrl_side(data: dict, batches: int) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+def tfrl_side(data: dict, batches: int, exact_tanh: bool) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
     """tfrl's SAC run from each of SB3's states in turn: per update, each quantity's difference
     to SB3's, and the same for SB3's own update of the rows reordered."""
     import functools
@@ -253,7 +253,8 @@ def tfrl_side(data: dict, batches: int) -> tuple[list[dict[str, float]], list[di
     lr = float(data["lr"])
     agent = SAC(obs_dim, -np.ones(action_dim, np.float32), np.ones(action_dim, np.float32),
                 functools.partial(mlp, hidden=[256, 256]), np.random.default_rng(0), actor_lr=lr, critic_lr=lr,
-                alpha_lr=lr, tau=float(data["tau"]), target_entropy=float(data["target_entropy"]), log_std="clip")
+                alpha_lr=lr, tau=float(data["tau"]), target_entropy=float(data["target_entropy"]), log_std="clip",
+                tanh_epsilon=0.0 if exact_tanh else 1e-6)
     agent._tf_rng = Queued([tf.constant(data[f"noise/{k}/{j}"]) for k in range(batches) for j in range(2)])
     ours, floor = [], []
     for k in range(batches):
@@ -277,20 +278,20 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fresh-adam", action="store_true", help="start Adam anew on both sides (see above)")
-    parser.add_argument("--sb3-as-is", action="store_true",
-                        help="keep SB3's 1e-6 in the squashed log density (see above)")
+    parser.add_argument("--exact-tanh", action="store_true",
+                        help="both sides without the 1e-6 in the squashed log density (see above)")
     parser.add_argument("--tolerance", type=float, default=1e-3, help="the largest relative difference that passes")
     parser.add_argument("--sb3-side", nargs=1, metavar="OUT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.sb3_side:
         sb3_side(args.sb3_side[0], args.checkpoint, args.batches, args.batch_size, args.seed, args.fresh_adam,
-                 args.sb3_as_is)
+                 args.exact_tanh)
         return
     arguments = ["--batches", str(args.batches), "--batch-size", str(args.batch_size), "--seed", str(args.seed)]
     arguments += ["--checkpoint", args.checkpoint] if args.checkpoint else []
-    arguments += [flag for flag, on in (("--fresh-adam", args.fresh_adam), ("--sb3-as-is", args.sb3_as_is)) if on]
+    arguments += [flag for flag, on in (("--fresh-adam", args.fresh_adam), ("--exact-tanh", args.exact_tanh)) if on]
     data = reference_data(__file__, None, True, SB3_MISSING, arguments, flag="--sb3-side")
-    ours, floor = tfrl_side(data, args.batches)
+    ours, floor = tfrl_side(data, args.batches, args.exact_tanh)
     sys.exit(report("relative difference to SB3's update: tfrl's | SB3's own with the batch's rows reordered",
                     ours, floor, args.tolerance))
 

@@ -274,11 +274,12 @@ def randomize(model, rng):
 
 
 def hand_policy_sample(actor, values, obs, noise, training):
-    """a = tanh(mean + std * noise) onto the box and log pi(a|s), float64; log std clamped to [-20, 2]."""
+    """a = tanh(mean + std * noise) onto the box and log pi(a|s), float64; log std clamped to [-20, 2],
+    the tanh correction sb3-contrib's log(1 - a^2 + 1e-6)."""
     out = np_forward(actor, values, obs, training)
     mean, log_std = out[:, :ACT], np.clip(out[:, ACT:], -20.0, 2.0)
     u = mean + np.exp(log_std) * noise
-    log_det = 2.0 * (np.log(2.0) - np.abs(u) - np.log1p(np.exp(-2.0 * np.abs(u))))
+    log_det = np.log(1.0 - np.tanh(u) ** 2 + 1e-6)
     logp = (-0.5 * noise**2 - log_std - 0.5 * np.log(2 * np.pi) - log_det).sum(-1)
     return LOW + (np.tanh(u) + 1.0) * (HIGH - LOW) / 2, logp
 

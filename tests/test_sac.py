@@ -43,16 +43,33 @@ def test_squashed_log_density_is_the_density_of_tanh_of_a_gaussian():
     mean = np.array([[0.3, -1.2], [2.0, 0.0]], np.float64)
     log_std = np.array([[-0.5, 0.4], [0.1, -2.0]], np.float64)
     noise = np.array([[0.7, -0.2], [1.5, 0.3]], np.float64)
-    a, logp = losses.squashed_gaussian(tf.constant(mean, tf.float32), tf.constant(log_std, tf.float32),
-                                       tf.constant(noise, tf.float32))
+    args = [tf.constant(x, tf.float32) for x in (mean, log_std, noise)]
     u = mean + np.exp(log_std) * noise
     h = 1e-5
     dtanh = (np.tanh(u + h) - np.tanh(u - h)) / (2 * h)
-    expected = (normal_logpdf(u, mean, np.exp(log_std)) - np.log(dtanh)).sum(-1)
+    gaussian = normal_logpdf(u, mean, np.exp(log_std))
+    a, exact = losses.squashed_gaussian(*args, epsilon=0.0)
     np.testing.assert_allclose(a.numpy(), np.tanh(u), rtol=1e-6)
-    np.testing.assert_allclose(logp.numpy(), expected, rtol=1e-5, atol=1e-5)
-    _, far = losses.squashed_gaussian(tf.constant([[12.0]]), tf.constant([[0.0]]), tf.constant([[0.0]]))
+    np.testing.assert_allclose(exact.numpy(), (gaussian - np.log(dtanh)).sum(-1), rtol=1e-5, atol=1e-5)
+    _, reference = losses.squashed_gaussian(*args)  # the default: SB3's log(1 - a^2 + 1e-6)
+    np.testing.assert_allclose(reference.numpy(), (gaussian - np.log(1 - np.tanh(u) ** 2 + 1e-6)).sum(-1), rtol=1e-5)
+    assert not np.allclose(reference.numpy(), exact.numpy(), rtol=1e-5, atol=1e-5)  # u = 3.66 sits near the edge
+    _, far = losses.squashed_gaussian(tf.constant([[12.0]]), tf.constant([[0.0]]), tf.constant([[0.0]]), epsilon=0.0)
     assert np.isfinite(far.numpy()).all() and far.numpy()[0] > 10  # log density near the edge: large, finite
+
+
+@pytest.mark.parametrize("epsilon,pull", [(1e-6, 0.0), (0.0, 2.0)])
+def test_a_saturated_action_is_pulled_back_only_by_the_exact_tanh_correction(epsilon, pull):
+    """d log pi / d mean at u = 12, where tanh(u) is 1 in float32: the exact correction's gradient
+    is 2 tanh(u) = 2 (the entropy term pulls u back towards 0 whatever Q says, since Q's own pull
+    through tanh vanishes there); SB3's log(1 - a^2 + 1e-6) has none, so a bang-bang policy can
+    stay at the box's edge. Its value there is capped at -log(1e-6) = 13.8."""
+    mean = tf.Variable([[12.0]])
+    with tf.GradientTape() as tape:
+        _, logp = losses.squashed_gaussian(mean, tf.constant([[0.0]]), tf.constant([[0.0]]), epsilon=epsilon)
+    assert float(tape.gradient(logp, mean)[0, 0]) == pytest.approx(pull, abs=1e-5)
+    if epsilon:
+        assert float(logp[0]) == pytest.approx(-0.5 * np.log(2 * np.pi) - np.log(1e-6), rel=1e-6)
 
 
 def test_log_std_maps_are_cleanrls_bound_and_sb3s_clamp():

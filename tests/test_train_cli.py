@@ -149,6 +149,8 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
         (["seed=abc"], "seed must be an integer in [0, 2**31), got 'abc'"),
         (["seed=-1"], "seed must be an integer in [0, 2**31), got -1"),
         (["agent=sac", "agent.log_std=softplus"], "agent.log_std must be one of clip, tanh (clip: SB3's clamp"),
+        (["agent=crossq", "agent.tanh_epsilon=-1"], "agent.tanh_epsilon must be a number in [0, 1e-2] (1e-06 in SB3 and "
+                                                    "CleanRL: log(1 - a^2 + eps); 0: the exact log(1 - tanh(u)^2)), got -1"),
         (["+network.hiden=[64]"], "network.hiden: not a setting of networks.mlp.mlp, whose settings are"),
         (["+agent.lr=0.001"], "agent.lr: not a setting of agents.td3.TD3, whose settings are"),
         (["speed.vectorization=threads"], "speed.vectorization must be sync or async, got 'threads'; set speed.vectorization=sync."),
