@@ -246,6 +246,19 @@ def test_a_config_saved_before_the_speed_group_moves_its_keys():
     validate(cfg)
 
 
+@pytest.mark.parametrize("target", ["agents.sac.SAC", "agents.crossq.CrossQ"])
+def test_a_sac_run_saved_before_tanh_epsilon_resumes_with_the_exact_correction_it_ran_with(tmp_path, target):
+    """agent.tanh_epsilon came with SB3's 1e-6 as its default; a run saved before it (no such key)
+    ran with the exact log(1 - tanh(u)^2), and keeps it on resume. A run that has the key keeps its own."""
+    from training.resume import load_run_config
+
+    for run, agent, want in (("old", {"_target_": target, "tau": 0.005}, 0.0),
+                             ("new", {"_target_": target, "tanh_epsilon": 1e-6}, 1e-6)):
+        os.makedirs(tmp_path / run / ".hydra")
+        OmegaConf.save(OmegaConf.create({"speed": {}, "agent": agent}), tmp_path / run / ".hydra" / "config.yaml")
+        assert load_run_config(str(tmp_path / run)).agent.tanh_epsilon == want
+
+
 def test_a_run_saved_before_the_redesign_evaluates_to_its_own_measure_and_is_never_unpickled(tmp_path):
     """A run of the code before the speed group (47df771: TD3 16-16 on Pendulum, 300 steps, no
     buffer in its checkpoint): evaluate.py restores it and, with the training run's evaluation

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from training.config import ConfigError
 
@@ -27,10 +27,26 @@ SPEED_DEFAULTS = {"compile": "graph", "fuse_updates": True, "steps_per_call": 0,
                   "threads": {"inter_op": None, "intra_op": None}}
 
 
+# Agent settings added with a default that changed the maths: the value a config saved before the
+# setting existed ran with, so that its run resumes as it began.
+ADDED_AGENT_SETTINGS = {
+    "agents.sac.SAC": {"tanh_epsilon": 0.0},  # the exact tanh correction, before SB3's 1e-6
+    "agents.crossq.CrossQ": {"tanh_epsilon": 0.0},
+}
+
+
 def upgrade_config(cfg: DictConfig) -> DictConfig:
     """A run config saved before the `speed` group existed, in today's layout: the speed keys under
     `speed` (the agents' copies of them dropped; `agent.fast_act` is `speed.numpy_acting`), the
-    checkpoint and logging keys under their nodes. A config in today's layout comes back as it is."""
+    checkpoint and logging keys under their nodes; and an agent setting added since (ADDED_AGENT_SETTINGS)
+    at the value the run had. A config in today's layout comes back as it is."""
+    agent = cfg.get("agent")
+    added = ADDED_AGENT_SETTINGS.get(agent.get("_target_"), {}) if isinstance(agent, DictConfig) else {}
+    missing = {key: value for key, value in added.items() if key not in agent}
+    if missing:
+        cfg = cfg.copy()
+        with open_dict(cfg.agent):
+            cfg.agent.update(missing)
     old = OmegaConf.to_container(cfg)
     if "speed" in old:
         return cfg
