@@ -87,25 +87,39 @@ def flat(prefix: str, tensors: dict[str, list[np.ndarray]]) -> dict[str, np.ndar
     return {f"{prefix}/{net}/{i}": w for net, ws in tensors.items() for i, w in enumerate(ws)}
 
 
+def feed(model, data: dict, batches: int, order: np.ndarray) -> dict:
+    """Make SB3's SAC draw its policy samples from the recorded noise (two an update, for `batches`
+    updates, rows in `order`) and log into the dict returned."""
+    import torch
+
+    noise = [torch.as_tensor(data[f"noise/{k}/{j}"][order]) for k in range(batches) for j in range(2)]
+    torch.distributions.Normal.rsample = lambda dist, sample_shape=torch.Size(): dist.loc + dist.scale * noise.pop(0)
+    recorded = {}
+    model.logger.record = lambda key, value, exclude=None: recorded.__setitem__(key, value)
+    return recorded
+
+
+def train_on(model, data: dict, k: int, order: np.ndarray) -> None:
+    """One SB3 `train()` step on minibatch k of the data, its rows in `order`."""
+    import torch
+    from stable_baselines3.common.type_aliases import ReplayBufferSamples
+
+    def column(key):
+        return torch.as_tensor(data[f"{key}/{k}"][order])
+
+    sample = ReplayBufferSamples(column("obs"), column("action"), column("next_obs"), column("done")[:, None],
+                                 column("reward")[:, None], None)
+    model.replay_buffer = type("OneBatch", (), {"sample": lambda self, *a, s=sample, **kw: s})()
+    model.train(gradient_steps=1, batch_size=len(order))
+
+
 def sb3_updates(model, data: dict, batches: int, order: np.ndarray, reset_to: list | None = None) -> tuple[dict, list]:
     """SB3's `train()` on each of the batches in turn, its rows in `order`, each update's two policy
     samples drawn from the given noise: per update its losses and its state after it, and SB3's own
     saved state (to restore); after update k, SB3 is reset to `reset_to[k]` if given."""
-    import torch
-    from stable_baselines3.common.type_aliases import ReplayBufferSamples
-
-    noise = [torch.as_tensor(data[f"noise/{k}/{j}"][order]) for k in range(batches) for j in range(2)]
-    torch.distributions.Normal.rsample = lambda dist, sample_shape=torch.Size(): dist.loc + dist.scale * noise.pop(0)
-    recorded, out, saved = {}, {}, []
-    model.logger.record = lambda key, value, exclude=None: recorded.__setitem__(key, value)
+    recorded, out, saved = feed(model, data, batches, order), {}, []
     for k in range(batches):
-        def column(key):
-            return torch.as_tensor(data[f"{key}/{k}"][order])
-
-        sample = ReplayBufferSamples(column("obs"), column("action"), column("next_obs"), column("done")[:, None],
-                                     column("reward")[:, None], None)
-        model.replay_buffer = type("OneBatch", (), {"sample": lambda self, *a, s=sample, **kw: s})()
-        model.train(gradient_steps=1, batch_size=len(order))
+        train_on(model, data, k, order)
         out.update({f"{k}/loss/{key}": np.float64(recorded[f"train/{sb3_key}"]) for key, sb3_key in LOSSES.items()})
         out.update(prefixed(str(k), sb3_state(model)))
         saved.append(save(model))
