@@ -51,7 +51,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.sb3_sac_update_check import (  # noqa: E402
-    exact_squash_log_prob, feed, flat, keras_layout, restore, save, sb3_state, set_state, train_on, unflat)
+    exact_squash_log_prob, feed, flat, keras_layout, restore, save, sb3_state, set_state, start_and_batches, train_on, unflat)
 from benchmarks.update_check import SB3_MISSING, Queued, reference_data, relative  # noqa: E402
 
 NETWORKS = ("actor", "critic1", "critic2", "critic1_target", "critic2_target", "log_alpha")
@@ -96,19 +96,7 @@ def sb3_side(out: str, updates: int, seed: int, exact_tanh: bool) -> None:
         exact_squash_log_prob()
     replay = model.replay_buffer
     rng = np.random.default_rng(seed)
-    data = {"target_entropy": np.float32(model.target_entropy), "gamma": np.float32(model.gamma),
-            "tau": np.float32(model.tau), "lr": np.float32(model.lr_schedule(1))}
-    data.update({f"start/{key}": value for key, value in sb3_state(model).items()})
-    action_dim = model.action_space.shape[0]
-    for k in range(updates):
-        i = rng.integers(replay.pos, size=BATCH_SIZE)
-        data[f"obs/{k}"] = replay.observations[i, 0].astype(np.float32)
-        data[f"action/{k}"] = replay.actions[i, 0].astype(np.float32)
-        data[f"reward/{k}"] = replay.rewards[i, 0].astype(np.float32)
-        data[f"next_obs/{k}"] = replay.next_observations[i, 0].astype(np.float32)
-        data[f"done/{k}"] = (replay.dones[i, 0] * (1 - replay.timeouts[i, 0])).astype(np.float32)
-        for j in range(2):  # the policy's sample on obs, then on next_obs: SB3's order, and tfrl's
-            data[f"noise/{k}/{j}"] = rng.standard_normal((BATCH_SIZE, action_dim)).astype(np.float32)
+    data = start_and_batches(model, replay, updates, BATCH_SIZE, rng)
     start = save(model)
     chain = sb3_chain(model, data, updates, np.arange(BATCH_SIZE))
     restore(model, start)

@@ -160,6 +160,26 @@ def exact_squash_log_prob() -> None:
     SquashedDiagGaussianDistribution.log_prob = log_prob
 
 
+def start_and_batches(model, replay, batches: int, batch_size: int, rng: np.random.Generator) -> dict:
+    """SB3's settings and state, and `batches` minibatches drawn from its replay (terminated only
+    where the episode did not end on its time limit), each with the noise of its two policy samples."""
+    size = replay.buffer_size if replay.full else replay.pos
+    data = {"target_entropy": np.float32(model.target_entropy), "gamma": np.float32(model.gamma),
+            "tau": np.float32(model.tau), "lr": np.float32(model.lr_schedule(1))}
+    data.update(prefixed("start", sb3_state(model)))
+    action_dim = model.action_space.shape[0]
+    for k in range(batches):
+        i = rng.integers(size, size=batch_size)
+        data[f"obs/{k}"] = replay.observations[i, 0].astype(np.float32)
+        data[f"action/{k}"] = replay.actions[i, 0].astype(np.float32)
+        data[f"reward/{k}"] = replay.rewards[i, 0].astype(np.float32)
+        data[f"next_obs/{k}"] = replay.next_observations[i, 0].astype(np.float32)
+        data[f"done/{k}"] = (replay.dones[i, 0] * (1 - replay.timeouts[i, 0])).astype(np.float32)
+        for j in range(2):  # the policy's sample on obs, then on next_obs: SB3's order, and tfrl's
+            data[f"noise/{k}/{j}"] = rng.standard_normal((batch_size, action_dim)).astype(np.float32)
+    return data
+
+
 def sb3_side(out: str, checkpoint: str | None, batches: int, batch_size: int, seed: int, fresh_adam: bool,
              exact_tanh: bool) -> None:
     import pickle
@@ -189,20 +209,7 @@ def sb3_side(out: str, checkpoint: str | None, batches: int, batch_size: int, se
         model.critic.optimizer = torch.optim.Adam(model.critic.parameters(), lr=model.lr_schedule(1))
         model.ent_coef_optimizer = torch.optim.Adam([model.log_ent_coef], lr=model.lr_schedule(1))
     rng = np.random.default_rng(seed)
-    size = replay.buffer_size if replay.full else replay.pos
-    data = {"target_entropy": np.float32(model.target_entropy), "gamma": np.float32(model.gamma),
-            "tau": np.float32(model.tau), "lr": np.float32(model.lr_schedule(1))}
-    data.update(prefixed("start", sb3_state(model)))
-    action_dim = model.action_space.shape[0]
-    for k in range(batches):
-        i = rng.integers(size, size=batch_size)
-        data[f"obs/{k}"] = replay.observations[i, 0].astype(np.float32)
-        data[f"action/{k}"] = replay.actions[i, 0].astype(np.float32)
-        data[f"reward/{k}"] = replay.rewards[i, 0].astype(np.float32)
-        data[f"next_obs/{k}"] = replay.next_observations[i, 0].astype(np.float32)
-        data[f"done/{k}"] = (replay.dones[i, 0] * (1 - replay.timeouts[i, 0])).astype(np.float32)
-        for j in range(2):  # the policy's sample on obs, then on next_obs: SB3's order, and tfrl's
-            data[f"noise/{k}/{j}"] = rng.standard_normal((batch_size, action_dim)).astype(np.float32)
+    data = start_and_batches(model, replay, batches, batch_size, rng)
     start = save(model)
     results, states = sb3_updates(model, data, batches, np.arange(batch_size))
     data.update(prefixed("sb3", results))
