@@ -17,9 +17,9 @@ reset is seeded with seed + 100, written to eval.csv with train.py's columns.
   of the action half-range, as SB3 acts in [-1, 1]).
 - SAC: one learning rate for actor, critics and temperature, tau, the temperature's initial value
   (`ent_coef="auto_<init_alpha>"`), the target entropy, and the clamp of the policy's log standard
-  deviation to [-20, 2] (tfrl's `agent.log_std=clip`, its default). `sb3_sac_update_check.py` finds
-  the two updates the same from the same state; what remains is SB3's 1e-6 inside the squashed
-  log density's log(1 - tanh(u)^2), exact in tfrl.
+  deviation to [-20, 2] (tfrl's `agent.log_std=clip`, its default), and SB3's 1e-6 inside the
+  squashed log density's log(1 - a^2 + 1e-6) (tfrl's `agent.tanh_epsilon`, its default).
+  `sb3_sac_update_check.py` and `sb3_sac_chained_check.py` find the two updates the same.
 - CrossQ (sb3-contrib): one learning rate, the policy delay, the temperature's initial value and
   the target entropy, the actor's and the critics' sizes (`net_arch` pi and qf), and Batch
   Renormalization's momentum, epsilon and warm-up; Adam's beta_1 is sb3-contrib's 0.5.
@@ -125,6 +125,9 @@ def _actor_critic_settings(cfg: DictConfig, agent: str, problems: list[str]) -> 
     kwargs = dict(learning_rate=float(a.actor_lr))
     if "tau" in a:
         kwargs["tau"] = float(a.tau)
+    if agent in ("sac", "crossq") and float(a.get("tanh_epsilon", 0.0)) != 1e-6:
+        problems.append(f"agent.tanh_epsilon={a.get('tanh_epsilon', 0.0)} (SB3 and sb3-contrib take log(1 - a^2 + 1e-6): "
+                        f"agent.tanh_epsilon=1e-6)")
     if agent == "crossq":
         if float(a.beta_1) != 0.5:
             problems.append(f"agent.beta_1 {a.beta_1} (sb3-contrib's CrossQ uses Adam's beta_1 0.5)")

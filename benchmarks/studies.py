@@ -85,7 +85,8 @@ STUDIES: dict[str, tuple[str, list[Run]]] = {
              ["total_steps=150000", "learning_starts=20000", "agent.eps_start=1.0", "agent.eps_decay_steps=100000",
               "eval_every=25000"])),
     "dmc_sac_td7": (
-        "SAC (tfrl and SB3) and TD7 (tfrl) on two DMC tasks from states, 100k steps",
+        "SAC (tfrl and SB3) and TD7 (tfrl) on two DMC tasks from states, 100k steps (tfrl's SAC runs kept here "
+        "predate agent.tanh_epsilon: the exact tanh correction; a seed added to them needs agent.tanh_epsilon=0)",
         grid(["tfrl", "sb3"], "sac", DMC_TASKS, range(3), ["total_steps=100000"])
         + grid(["tfrl"], "td7", DMC_TASKS, range(3), ["total_steps=100000"])),
     "mrq_gym": (

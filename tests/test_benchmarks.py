@@ -201,6 +201,9 @@ def test_sb3_learning_refuses_what_sb3_cannot_reproduce_and_names_each():
         module.sb3_settings(_compose_sb3("agent=dqn", "env=cartpole", "agent.tau=0.01"))
     with pytest.raises(module.SettingError, match=r"agent.log_std=tanh \(SB3 clamps"):
         module.sb3_settings(_compose_sb3("agent=sac", "agent.log_std=tanh"))
+    for agent in ("sac", "crossq"):
+        with pytest.raises(module.SettingError, match=r"agent.tanh_epsilon=0.0 \(SB3 and sb3-contrib take"):
+            module.sb3_settings(_compose_sb3(f"agent={agent}", "agent.tanh_epsilon=0.0"))
 
 
 def test_sb3_learning_gives_dqn_the_same_target_copies_and_epsilon():

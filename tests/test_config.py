@@ -6,7 +6,7 @@ import os
 import gymnasium as gym
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 from training.builder import build_run
 
@@ -257,6 +257,28 @@ def test_a_sac_run_saved_before_tanh_epsilon_resumes_with_the_exact_correction_i
         os.makedirs(tmp_path / run / ".hydra")
         OmegaConf.save(OmegaConf.create({"speed": {}, "agent": agent}), tmp_path / run / ".hydra" / "config.yaml")
         assert load_run_config(str(tmp_path / run)).agent.tanh_epsilon == want
+
+
+def test_resume_auto_of_a_sac_run_saved_before_tanh_epsilon_keeps_the_exact_correction(tmp_path):
+    """resume=auto composes the config anew (today's default 1e-6) and Hydra writes it over the
+    run's: the Hydra callback gives it the run's exact form first, unless the command sets the key."""
+    from training.callbacks import RefuseExistingRunDir
+    from training.config import compose_config
+
+    saved = compose_config(["agent=sac"])
+    with open_dict(saved.agent):
+        del saved.agent["tanh_epsilon"]
+    os.makedirs(tmp_path / ".hydra")
+    OmegaConf.save(saved, tmp_path / ".hydra" / "config.yaml")
+    for given, want in (((), 0.0), (("agent.tanh_epsilon=1e-6",), 1e-6)):
+        config = compose_config(["agent=sac", "resume=auto", f"hydra.run.dir={tmp_path}", *given],
+                                return_hydra_config=True)
+        assert config.agent.tanh_epsilon == 1e-6  # today's default
+        RefuseExistingRunDir().on_run_start(config)
+        assert config.agent.tanh_epsilon == want
+    config = compose_config(["agent=td3", "resume=auto", f"hydra.run.dir={tmp_path}"], return_hydra_config=True)
+    RefuseExistingRunDir().on_run_start(config)
+    assert "tanh_epsilon" not in config.agent
 
 
 def test_a_run_saved_before_the_redesign_evaluates_to_its_own_measure_and_is_never_unpickled(tmp_path):

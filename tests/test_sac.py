@@ -72,6 +72,24 @@ def test_a_saturated_action_is_pulled_back_only_by_the_exact_tanh_correction(eps
         assert float(logp[0]) == pytest.approx(-0.5 * np.log(2 * np.pi) - np.log(1e-6), rel=1e-6)
 
 
+@pytest.mark.parametrize("tanh_epsilon", [1e-6, 0.0])
+def test_the_agents_policy_sample_takes_its_tanh_epsilon(tanh_epsilon):
+    """agent.tanh_epsilon reaches the sample the updates differentiate: log pi of SAC's sample is
+    the squashed density with that epsilon, from the actor's outputs and the draw replayed from a
+    copy of its generator; pushed to the edge (|mean| = 9), the two forms differ there."""
+    agent = make(tanh_epsilon=tanh_epsilon)
+    for layer in agent.actor.layers[-1:]:
+        layer.bias.assign(np.array([9.0, -9.0, 0.0, 0.0], np.float32))  # means far out, log std 0
+    obs = tf.constant(np.random.default_rng(3).normal(size=(16, OBS)).astype(np.float32))
+    copy = tf.random.Generator.from_state(agent._tf_rng.state.numpy(), agent._tf_rng.algorithm)
+    mean, raw = tf.split(agent.actor(obs), 2, axis=-1)
+    noise = copy.normal(tf.shape(mean))
+    _, logp = agent.sample(obs)
+    for epsilon in (1e-6, 0.0):
+        _, expected = losses.squashed_gaussian(mean, agent.log_std(raw), noise, epsilon)
+        assert np.allclose(logp.numpy(), expected.numpy(), rtol=1e-5) is (epsilon == tanh_epsilon)
+
+
 def test_log_std_maps_are_cleanrls_bound_and_sb3s_clamp():
     raw = tf.constant([-100.0, 0.0, 0.5, 100.0])
     np.testing.assert_allclose(losses.bounded_log_std(raw).numpy(), [-5.0, -1.5, -1.5 + 3.5 * np.tanh(0.5), 2.0], atol=1e-6)

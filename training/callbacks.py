@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from training.config import override
 
@@ -85,6 +85,7 @@ class RefuseExistingRunDir(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         resume = OmegaConf.select(config, "resume", default=None)
         if resume == "auto":
+            keep_added_settings(config)
             return
         run_dir = str(config.hydra.run.dir)
         if os.path.exists(os.path.join(run_dir, ".hydra", "config.yaml")):
@@ -97,6 +98,25 @@ class RefuseExistingRunDir(Callback):
                 file=sys.stderr,
             )
             raise SystemExit(2)
+
+
+def keep_added_settings(config: DictConfig) -> None:
+    """`resume=auto` composes the job's config anew from today's defaults, and Hydra then writes it
+    over the run's saved one: an agent setting added since that run saved its config
+    (training.resume.ADDED_AGENT_SETTINGS) takes the value the run had, unless the command sets it."""
+    from training.resume import settings_added_since
+
+    saved = os.path.join(str(config.hydra.run.dir), ".hydra", "config.yaml")
+    if not os.path.exists(saved):
+        return
+    given = {str(o).split("=", 1)[0].lstrip("+~") for o in OmegaConf.select(config, "hydra.overrides.task", default=[]) or []}
+    run = OmegaConf.load(saved)
+    if OmegaConf.select(run, "agent._target_") != OmegaConf.select(config, "agent._target_"):
+        return  # not the agent the run saved: none of its settings to keep
+    missing = {key: value for key, value in settings_added_since(run).items() if f"agent.{key}" not in given}
+    if missing:
+        with open_dict(config):
+            config.agent.update(missing)
 
 
 def failed_points(sweep_dir: str, since: float) -> list[tuple[str, str]]:

@@ -122,13 +122,15 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"logger.every must be a positive integer, got {every!r}; set e.g. logger.every=1000.")
     env_kwargs = cfg.env.get("kwargs") or {}
     if cfg.env.get("max_episode_steps") is not None and env_kwargs.get("terminal_on_life_loss", False):
-        skip = cfg.env.get("frame_skip", 4)
+        skip, steps = cfg.env.get("frame_skip", 4), cfg.env.max_episode_steps
+        frames = skip * steps if isinstance(skip, int) and isinstance(steps, int) else f"{skip}x{steps}"
         raise ConfigError(
-            f"env.max_episode_steps={cfg.env.max_episode_steps} with env.kwargs.terminal_on_life_loss=true: a training "
+            f"env.max_episode_steps={steps} with env.kwargs.terminal_on_life_loss=true: a training "
             f"episode is one life there, so a step limit on top would count each life apart and leave the game "
-            f"running when it cuts one. Limit whole games with env.max_frames_per_episode (emulator frames, "
-            f"{skip} x {cfg.env.max_episode_steps} steps at env.frame_skip={skip}), or set "
-            f"env.max_episode_steps=null."
+            f"running when it cuts one. Limit whole games with env.max_frames_per_episode="
+            f"{frames} (emulator frames: {steps} steps at "
+            f"env.frame_skip={skip}) and env.max_episode_steps=null, or train on whole games with "
+            f"env.kwargs.terminal_on_life_loss=false."
         )
     validate_speed(cfg.speed, batch, unshardable(cfg.network))
 

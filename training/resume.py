@@ -35,14 +35,19 @@ ADDED_AGENT_SETTINGS = {
 }
 
 
+def settings_added_since(saved: DictConfig) -> dict:
+    """The ADDED_AGENT_SETTINGS a saved run config lacks, at the values its run had."""
+    agent = saved.get("agent")
+    added = ADDED_AGENT_SETTINGS.get(agent.get("_target_"), {}) if isinstance(agent, DictConfig) else {}
+    return {key: value for key, value in added.items() if key not in agent}
+
+
 def upgrade_config(cfg: DictConfig) -> DictConfig:
     """A run config saved before the `speed` group existed, in today's layout: the speed keys under
     `speed` (the agents' copies of them dropped; `agent.fast_act` is `speed.numpy_acting`), the
     checkpoint and logging keys under their nodes; and an agent setting added since (ADDED_AGENT_SETTINGS)
     at the value the run had. A config in today's layout comes back as it is."""
-    agent = cfg.get("agent")
-    added = ADDED_AGENT_SETTINGS.get(agent.get("_target_"), {}) if isinstance(agent, DictConfig) else {}
-    missing = {key: value for key, value in added.items() if key not in agent}
+    missing = settings_added_since(cfg)
     if missing:
         cfg = cfg.copy()
         with open_dict(cfg.agent):
