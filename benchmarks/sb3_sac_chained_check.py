@@ -41,7 +41,6 @@ floor, or below 1e-4.
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import sys
 
@@ -51,8 +50,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.sb3_sac_update_check import (  # noqa: E402
-    exact_squash_log_prob, feed, flat, keras_layout, restore, save, sb3_state, set_state, start_and_batches, train_on, unflat)
-from benchmarks.update_check import SB3_MISSING, Queued, reference_data, relative  # noqa: E402
+    batch_of, exact_squash_log_prob, feed, flat, keras_layout, restore, save, set_state, start_and_batches,
+    tfrl_sac, train_on, unflat)
+from benchmarks.update_check import SB3_MISSING, reference_data, relative  # noqa: E402
 
 NETWORKS = ("actor", "critic1", "critic2", "critic1_target", "critic2_target", "log_alpha")
 REPORTED = (1, 2, 10, 50, 100, 200)
@@ -111,20 +111,8 @@ def tfrl_side(data: dict, updates: int, exact_tanh: bool) -> tuple[dict, dict, n
     """tfrl's SAC set to SB3's start once, then the N updates: per reported update and network its
     weight change's difference to SB3's, and the reordered chain's; per update the temperature and
     the critic loss tfrl's update reported."""
-    import tensorflow as tf
-
-    from agents.sac import SAC
-    from buffers.types import Batch
-    from networks.mlp import mlp
-
-    obs_dim, action_dim = data["obs/0"].shape[1], data["action/0"].shape[1]
-    lr = float(data["lr"])
-    agent = SAC(obs_dim, -np.ones(action_dim, np.float32), np.ones(action_dim, np.float32),
-                functools.partial(mlp, hidden=[256, 256]), np.random.default_rng(0), actor_lr=lr, critic_lr=lr,
-                alpha_lr=lr, tau=float(data["tau"]), target_entropy=float(data["target_entropy"]), log_std="clip",
-                tanh_epsilon=0.0 if exact_tanh else 1e-6)
-    set_state(agent, data, "start")
-    agent._tf_rng = Queued([tf.constant(data[f"noise/{k}/{j}"]) for k in range(updates) for j in range(2)])
+    agent = tfrl_sac(data, updates, exact_tanh)
+    set_state(agent, data, "start")  # once: from here on tfrl carries its own state
     before = unflat(data, "start/weights")
 
     def change(weights, net):
@@ -133,9 +121,7 @@ def tfrl_side(data: dict, updates: int, exact_tanh: bool) -> tuple[dict, dict, n
     ours, floor, alpha, critic_loss = {}, {}, [], []
     keep = reported(updates)
     for k in range(updates):
-        batch = Batch(data[f"obs/{k}"], data[f"action/{k}"], data[f"reward/{k}"], data[f"next_obs/{k}"],
-                      float(data["gamma"]) * (1.0 - data[f"done/{k}"]), np.ones_like(data[f"reward/{k}"]))
-        out = agent.update(Batch(*(tf.constant(np.asarray(x, np.float32)) for x in batch)))
+        out = agent.update(batch_of(data, k))
         alpha.append(float(out["alpha"]))
         critic_loss.append(float(out["critic_loss"]))
         if k + 1 in keep:

@@ -259,15 +259,15 @@ def differences(data: dict, k: int, side: str, start: str) -> dict[str, float]:
     return row
 
 
-def tfrl_side(data: dict, batches: int, exact_tanh: bool) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
-    """tfrl's SAC run from each of SB3's states in turn: per update, each quantity's difference
-    to SB3's, and the same for SB3's own update of the rows reordered."""
+def tfrl_sac(data: dict, updates: int, exact_tanh: bool):
+    """tfrl's SAC with SB3's settings of the data (256-256, SB3's clamp of the log std, SB3's 1e-6 or,
+    with `exact_tanh`, none), its policy samples drawn from the data's noise for `updates` updates."""
     import functools
 
     import tensorflow as tf
 
+    from agents.losses import TANH_EPSILON
     from agents.sac import SAC
-    from buffers.types import Batch
     from networks.mlp import mlp
 
     obs_dim, action_dim = data["obs/0"].shape[1], data["action/0"].shape[1]
@@ -275,15 +275,31 @@ def tfrl_side(data: dict, batches: int, exact_tanh: bool) -> tuple[list[dict[str
     agent = SAC(obs_dim, -np.ones(action_dim, np.float32), np.ones(action_dim, np.float32),
                 functools.partial(mlp, hidden=[256, 256]), np.random.default_rng(0), actor_lr=lr, critic_lr=lr,
                 alpha_lr=lr, tau=float(data["tau"]), target_entropy=float(data["target_entropy"]), log_std="clip",
-                tanh_epsilon=0.0 if exact_tanh else 1e-6)
-    agent._tf_rng = Queued([tf.constant(data[f"noise/{k}/{j}"]) for k in range(batches) for j in range(2)])
+                tanh_epsilon=0.0 if exact_tanh else TANH_EPSILON)
+    agent._tf_rng = Queued([tf.constant(data[f"noise/{k}/{j}"]) for k in range(updates) for j in range(2)])
+    return agent
+
+
+def batch_of(data: dict, k: int):
+    """Minibatch k of the data as tfrl's Batch of tensors (discount = gamma * (1 - terminated))."""
+    import tensorflow as tf
+
+    from buffers.types import Batch
+
+    batch = Batch(data[f"obs/{k}"], data[f"action/{k}"], data[f"reward/{k}"], data[f"next_obs/{k}"],
+                  float(data["gamma"]) * (1.0 - data[f"done/{k}"]), np.ones_like(data[f"reward/{k}"]))
+    return Batch(*(tf.constant(np.asarray(x, np.float32)) for x in batch))
+
+
+def tfrl_side(data: dict, batches: int, exact_tanh: bool) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """tfrl's SAC run from each of SB3's states in turn: per update, each quantity's difference
+    to SB3's, and the same for SB3's own update of the rows reordered."""
+    agent = tfrl_sac(data, batches, exact_tanh)
     ours, floor = [], []
     for k in range(batches):
         start = "start" if k == 0 else f"sb3/{k - 1}"
         set_state(agent, data, start)
-        batch = Batch(data[f"obs/{k}"], data[f"action/{k}"], data[f"reward/{k}"], data[f"next_obs/{k}"],
-                      float(data["gamma"]) * (1.0 - data[f"done/{k}"]), np.ones_like(data[f"reward/{k}"]))
-        out = agent.update(Batch(*(tf.constant(np.asarray(x, np.float32)) for x in batch)))
+        out = agent.update(batch_of(data, k))
         data.update({f"tfrl/{k}/loss/{key}": out[key].numpy() for key in LOSSES})
         weights = {net: getattr(agent, net).get_weights() for net in NETWORKS} | {"log_alpha": [agent.log_alpha.numpy()]}
         data.update(flat(f"tfrl/{k}/weights", weights))
