@@ -120,18 +120,18 @@ def squashed_gaussian(mean: tf.Tensor, log_std: tf.Tensor, noise: tf.Tensor,
     """A reparameterised sample a = tanh(mean + std * noise) in [-1, 1] and its log density,
     summed over the action dimensions: the Gaussian's log density of u = mean + std * noise minus
     log |d tanh(u) / du|. With `epsilon` > 0 that is the reference code's log(1 - a^2 + epsilon)
-    (SB3, sb3-contrib, CleanRL), which caps the correction at log(epsilon) per dimension: where a
+    (SB3, sb3-contrib, CleanRL; here without its float32 cancellation in 1 - a^2), which caps the correction at log(epsilon) per dimension: where a
     saturates (|u| > 7 or so), neither its value nor its gradient pulls u back towards 0. With 0 it
     is the exact log(1 - tanh(u)^2), as 2 * (log 2 - u - softplus(-2u)), finite where tanh(u)
     rounds to +-1, whose gradient pulls a saturated u back by 2 tanh(u) however far out it is."""
     u = mean + tf.exp(log_std) * noise
     gaussian = -0.5 * tf.square(noise) - log_std - 0.5 * tf.math.log(2.0 * np.pi)
-    squashed = tf.tanh(u)
+    log_det = 2.0 * (tf.math.log(2.0) - u - tf.nn.softplus(-2.0 * u))
     if epsilon:
-        log_det = tf.math.log(1.0 - tf.square(squashed) + epsilon)
-    else:
-        log_det = 2.0 * (tf.math.log(2.0) - u - tf.nn.softplus(-2.0 * u))
-    return squashed, tf.reduce_sum(gaussian - log_det, axis=-1)
+        # log(1 - a^2 + eps) with 1 - a^2 as exp(log_det): in float32, 1 - tanh(u)^2 cancels to
+        # rounding noise from |u| ~ 4 on, which eager and graph round apart
+        log_det = tf.math.log(tf.exp(log_det) + epsilon)
+    return tf.tanh(u), tf.reduce_sum(gaussian - log_det, axis=-1)
 
 
 def soft_value(next_q: tf.Tensor, alpha: tf.Tensor, next_log_prob: tf.Tensor) -> tf.Tensor:
