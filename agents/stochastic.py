@@ -24,9 +24,9 @@ class SquashedGaussianActor:
     def __init__(self, obs_shape: int | tuple[int, ...], action_low: np.ndarray, action_high: np.ndarray,
                  network: Callable[..., keras.Model], rng: np.random.Generator,
                  tanh_epsilon: float = losses.TANH_EPSILON):
-        self.tanh_epsilon = float(checks.number(
+        self.tanh_epsilon = checks.number(
             tanh_epsilon, "tanh_epsilon", f"a number in [0, 1e-2] ({losses.TANH_EPSILON:g} in SB3 and CleanRL: "
-            f"log(1 - a^2 + eps); 0: the exact log(1 - tanh(u)^2))", lambda x: 0 <= x <= 1e-2))
+            f"log(1 - a^2 + eps); 0: the exact log(1 - tanh(u)^2))", lambda x: 0 <= x <= 1e-2)
         self.obs_in = network_input(obs_shape)  # a vector's size, or an image's shape
         self.obs_shape = obs_shape_of(obs_shape)
         self.box = ActionBox(action_low, action_high)
