@@ -146,6 +146,28 @@ def test_ddpg_first_update_by_hand(l2):
     assert float(m["actor_loss"]) == pytest.approx(expected, rel=1e-5)
 
 
+def test_ddpg_target_comes_from_the_target_actor_and_critic_apart_from_the_online_ones():
+    """r + discount * Q'(s', pi'(s')) on the target networks' own weights: with them drawn apart from
+    the online networks (a first update cannot tell the two, the targets start as copies)."""
+    from hand_nets import policy, random_weights
+
+    agent = DDPG(1, np.array([-2.0]), np.array([2.0]), tiny_net, np.random.default_rng(0))
+    rng = np.random.default_rng(1)
+    agent.actor_target.set_weights(random_weights(agent.actor_target, rng, scale=1.0))
+    agent.critic_target.set_weights(random_weights(agent.critic_target, rng, scale=1.0))
+    actors = {"target": agent.actor_target.get_weights(), "online": agent.actor.get_weights()}
+    critics = {"target": agent.critic_target.get_weights(), "online": agent.critic.get_weights()}
+
+    def target_q(actor, critic):
+        next_a = policy(actors[actor], BATCH.next_obs, -2.0, 2.0)
+        return float(np.mean(BATCH.reward + BATCH.discount * q_value(critics[critic], BATCH.next_obs, next_a)))
+
+    y = target_q("target", "target")
+    for wrong in (("online", "target"), ("target", "online"), ("online", "online")):
+        assert abs(target_q(*wrong) - y) > 0.02, wrong  # each wrong pair is told apart
+    assert float(agent.update(BATCH)["target_q"]) == pytest.approx(y, rel=1e-5)
+
+
 def test_ddpg_weight_decay_moves_kernels_the_loss_does_not():
     """With obs = 0 the critic loss has no gradient on the obs row of the critic's first kernel:
     without weight decay it stays, with it Adam's first step moves it by the learning rate

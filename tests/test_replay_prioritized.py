@@ -64,6 +64,22 @@ def test_prioritized_sampling_and_importance_weights():
     np.testing.assert_allclose(fresh._tree.get(np.arange(4)), [1, 2, 3, 4], rtol=1e-5)
 
 
+def test_new_transitions_get_the_largest_priority_yet_seen():
+    """Schaul et al.: a new transition is stored at the largest priority so far, to the power alpha
+    (not at 1, and not lowered by later, smaller TD errors)."""
+    buf = PrioritizedReplay(8, 1, 1, 0.99, np.random.default_rng(0), alpha=0.5, beta=0.5, beta_steps=0, eps=0.01)
+    fill(buf, 4)
+    buf.sample(4)
+    buf.last_indices = np.arange(4)
+    buf.update_priorities(np.array([3.0, -8.0, 0.5, 1.0]))  # |TD error| + eps: largest 8.01
+    fill(buf, 1)
+    assert buf._tree.get(np.array([4]))[0] == pytest.approx(8.01**0.5, rel=1e-6)
+    buf.last_indices = np.arange(5)
+    buf.update_priorities(np.full(5, 0.1))
+    fill(buf, 1)
+    np.testing.assert_allclose(buf._tree.get(np.arange(6)), [0.11**0.5] * 5 + [8.01**0.5], rtol=1e-6)
+
+
 def test_beta_anneals_to_one_over_the_transitions_stored_not_the_batches_drawn():
     buf = PrioritizedReplay(16, 1, 1, 0.99, np.random.default_rng(0), beta=0.4, beta_steps=10)
     assert buf.beta == pytest.approx(0.4)
