@@ -124,6 +124,8 @@ CURVE_FIGURES = {
     "curves_sac_halfcheetah.png": "sac_tfrl_vs_sb3/curves_halfcheetah.csv",
     "curves_crossq_halfcheetah.png": "crossq_tfrl_vs_sb3/curves_halfcheetah.csv",
     "curves_td7_hopper.png": "td7_vs_author_and_td3/curves_hopper.csv",
+    "curves_dqn_minatar_breakout.png": "minatar_dqn/curves_minatar-breakout.csv",
+    "curves_dqn_atari_breakout.png": "atari_dqn/curves_atari-Breakout.csv",
 }
 
 

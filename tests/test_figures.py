@@ -18,7 +18,8 @@ def test_figures_regenerate_byte_for_byte(tmp_path):
         digests.append({p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.glob("*.png")})
     assert digests[0] == digests[1] and set(digests[0]) == {"throughput_vs_sb3.png", "ga_generation.png",
                                                             "curves_td3_halfcheetah.png", "curves_sac_halfcheetah.png",
-                                                            "curves_crossq_halfcheetah.png", "curves_td7_hopper.png"}
+                                                            "curves_crossq_halfcheetah.png", "curves_td7_hopper.png",
+                                                            "curves_dqn_minatar_breakout.png", "curves_dqn_atari_breakout.png"}
     committed = os.path.join(ROOT, "docs", "figures")
     for name, digest in digests[0].items():  # the committed pictures are this script's output
         with open(os.path.join(committed, name), "rb") as f:
