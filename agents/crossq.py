@@ -12,8 +12,8 @@ with the critics in inference mode (their running statistics) and the temperatur
 this update. Adam's beta_1 is 0.5 for the actor and critics, 0.9 for the temperature.
 
 Where sb3-contrib and SBX differ, this follows sb3-contrib (the unbiased batch variance, renorm
-from the warmup's (W+1)-th call on), except for the squashed Gaussian's log density, computed
-exactly as in SBX and this project's SAC (sb3-contrib adds 1e-6 inside log(1 - tanh(u)^2)).
+from the warmup's (W+1)-th call on, log(1 - tanh(u)^2 + 1e-6) in the squashed Gaussian's log density;
+`tanh_epsilon=0` gives SBX's exact form).
 """
 from __future__ import annotations
 

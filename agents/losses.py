@@ -120,8 +120,9 @@ def squashed_gaussian(mean: tf.Tensor, log_std: tf.Tensor, noise: tf.Tensor,
     """A reparameterised sample a = tanh(mean + std * noise) in [-1, 1] and its log density,
     summed over the action dimensions: the Gaussian's log density of u = mean + std * noise minus
     log |d tanh(u) / du|. With `epsilon` > 0 that is the reference code's log(1 - a^2 + epsilon)
-    (SB3, sb3-contrib, CleanRL; here without its float32 cancellation in 1 - a^2), which caps the correction at log(epsilon) per dimension: where a
-    saturates (|u| > 7 or so), neither its value nor its gradient pulls u back towards 0. With 0 it
+    (SB3, sb3-contrib, CleanRL; here without float32's cancellation in 1 - a^2), which floors the
+    correction near log(epsilon) per dimension: where a saturates (|u| > 7 or so), its gradient all
+    but stops pulling u back towards 0. With 0 it
     is the exact log(1 - tanh(u)^2), as 2 * (log 2 - u - softplus(-2u)), finite where tanh(u)
     rounds to +-1, whose gradient pulls a saturated u back by 2 tanh(u) however far out it is."""
     u = mean + tf.exp(log_std) * noise

@@ -8,7 +8,7 @@ from agents import losses
 from agents.ddpg import DDPG
 from agents.td3 import TD3
 from buffers.types import Batch
-from hand_nets import q_value
+from hand_nets import policy, q_value, random_weights
 from helpers import compiled, one
 from networks.mlp import mlp
 
@@ -149,8 +149,6 @@ def test_ddpg_first_update_by_hand(l2):
 def test_ddpg_target_comes_from_the_target_actor_and_critic_apart_from_the_online_ones():
     """r + discount * Q'(s', pi'(s')) on the target networks' own weights: with them drawn apart from
     the online networks (a first update cannot tell the two, the targets start as copies)."""
-    from hand_nets import policy, random_weights
-
     agent = DDPG(1, np.array([-2.0]), np.array([2.0]), tiny_net, np.random.default_rng(0))
     rng = np.random.default_rng(1)
     agent.actor_target.set_weights(random_weights(agent.actor_target, rng, scale=1.0))
