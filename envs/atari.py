@@ -57,9 +57,9 @@ def rom_id(game: str) -> str:
     close = difflib.get_close_matches(game, list(ids), n=3, cutoff=0.6)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
     two_player = str(game).lower().replace("_", "") in {t.replace("_", "") for t in TWO_PLAYER}
-    what = (f"{game!r} is a two-player game, which it cannot run for one player" if two_player
+    what = (f"{game!r} is a two-player game, which it cannot run for one player." if two_player
             else f"has no game {game!r}.{hint}")
-    raise ValueError(f"the Arcade Learning Environment {what}. Its {len(ids)} one-player games "
+    raise ValueError(f"the Arcade Learning Environment {what} Its {len(ids)} one-player games "
                      f"(env.game=Breakout, Pong, ...): {', '.join(sorted(ids))}")
 
 
