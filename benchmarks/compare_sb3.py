@@ -142,6 +142,16 @@ def run_sb3(args: list[str], steps: int, warmup: int, repeats: int, updates: boo
     return (r["update_ms"], r[f"fused_x{FUSE}_update_ms"]) if updates else r["loop_steps_per_s"]
 
 
+def warn_if_busy(threshold: float = 0.5) -> float:
+    """Say so when something else is running: the sides' thread pools differ (torch takes every core,
+    tfrl's small loops one thread), so a busy core slows them unequally and the ratio is not the code's."""
+    load = os.getloadavg()[0]
+    if load > threshold:
+        print(f"warning: the 1-minute load average is {load:.2f} on {os.cpu_count()} cores, so another process "
+              "is running; the two sides share a busy core unequally. Measure with nothing else running.", flush=True)
+    return load
+
+
 def write_report(path: str, report: dict, a) -> None:
     """Write the cases just measured into `path`, keeping the other cases a file already holds
     (so that `--only` reruns one case without dropping the rest); each case keeps its settings."""
@@ -199,6 +209,7 @@ def main() -> None:
     for impl in peers:
         if not os.path.exists(PYTHONS[impl]):
             sys.exit(f"error: no {impl.upper()} environment at {PYTHONS[impl]}; create it with `{SETUP[impl]}`.")
+    load = warn_if_busy()
     if a.updates:
         return compare_updates(a.only or UPDATE_CASES, a)
 
@@ -213,7 +224,7 @@ def main() -> None:
             print(f"{name} round {r + 1}: tfrl {ours[-1]:.1f}" + "".join(f"  {p} {v[-1]:.1f}" for p, v in theirs.items())
                   + " env steps/s", flush=True)
         report[name] = {"tfrl": ours, "tfrl_median": statistics.median(ours), "tfrl_overrides": ours_args,
-                        "sb3_args": sb3_args}
+                        "sb3_args": sb3_args, "load_1min_at_start": load}
         for peer, values in theirs.items():  # keys as before: sb3, sb3_median, ratio; sbx, sbx_median, ratio_sbx
             report[name].update({peer: values, f"{peer}_median": statistics.median(values),
                                  "ratio" if peer == "sb3" else f"ratio_{peer}": statistics.median(ours) / statistics.median(values)})
