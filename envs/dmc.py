@@ -39,6 +39,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from envs.opengl import INSTALL, OpenGLUnavailable, opengl_failure
 from envs.state import is_plain, mjdata_state, set_mjdata_state
 
 CAMERAS = {"quadruped": 2}  # the camera the pixel literature renders each domain from (default 0)
@@ -186,16 +187,22 @@ def _serve(conn) -> None:
     until it closes (or goes: the socket's end)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the training process stops at a checkpoint and closes us
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering
     try:
         kwargs = conn.recv()
     except EOFError:
         return
+    # dm_control loads its OpenGL backend on import; an env that never renders needs none, and so
+    # runs on a machine without EGL or OSMesa
+    if kwargs.pop("render"):
+        os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering
+    else:
+        os.environ["MUJOCO_GL"] = "disable"
     try:
         task = _Task(**kwargs)
         conn.send(("ok", task.spec()))
     except Exception as err:  # a bad domain or task (a ValueError), a missing package, no OpenGL
-        conn.send(("error", (type(err).__name__, str(err))))
+        failure = opengl_failure(err)
+        conn.send(("error", ("OpenGLUnavailable", failure) if failure else (type(err).__name__, str(err))))
         return
     while True:
         try:
@@ -254,7 +261,8 @@ class DMCEnv(gym.Env):
         self.domain, self.task, self.pixels, self.action_repeat = domain, task, bool(pixels), action_repeat
         self.render_mode = render_mode
         self._process, self._conn = _start(dict(domain=domain, task=task, pixels=self.pixels, action_repeat=action_repeat,
-                                                image_size=image_size, render_size=int(render_size)))
+                                                image_size=image_size, render_size=int(render_size),
+                                                render=self.pixels or render_mode is not None))
         self._closer = weakref.finalize(self, _stop, self._process, self._conn)
         spec = self._receive()  # the process sends its spec, or its error, unasked
         self.metadata = {**self.metadata, "render_fps": spec["fps"]}
@@ -267,12 +275,13 @@ class DMCEnv(gym.Env):
             status, value = self._conn.recv()
         except (EOFError, OSError) as err:
             raise RuntimeError(f"the DeepMind Control process died (exit code {self._process.poll()}); check that "
-                               f"dm-control is installed (uv sync) and, for pixels, MUJOCO_GL (egl or osmesa) and the "
-                               f"OpenGL libraries") from err
+                               f"dm-control is installed (uv sync) and, for pixels or video, MUJOCO_GL. {INSTALL}") from err
         if status == "error":
             kind, message = value
             if kind == "ValueError":  # a bad setting: its message names it
                 raise ValueError(message)
+            if kind == "OpenGLUnavailable":
+                raise OpenGLUnavailable(message)
             if kind in ("ImportError", "ModuleNotFoundError"):
                 raise gym.error.DependencyNotInstalled(f"{message} (uv sync installs dm-control and its dependencies)")
             raise RuntimeError(f"the DeepMind Control process raised {kind}: {message}")

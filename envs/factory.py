@@ -9,6 +9,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from envs.opengl import opengl_failure
 from envs.pixels import StackFrames
 
 
@@ -77,6 +78,11 @@ def _make(env_id: str, max_episode_steps: int | None, kwargs: dict[str, Any], fr
         ) from err
     except (ValueError, TypeError) as err:  # a bad env setting: name it
         raise EnvConfigError(f"cannot make {env_id} with env.kwargs={dict(kwargs or {})}: {err}") from err
+    except Exception as err:  # MuJoCo's envs load the OpenGL backend MUJOCO_GL names when they import mujoco
+        failure = opengl_failure(err)
+        if failure is None:
+            raise
+        raise EnvConfigError(f"cannot make {env_id}. {failure}") from err
 
 
 def _make_in_worker(env_id: str, max_episode_steps: int | None, kwargs: dict[str, Any], frame_stack: int = 1) -> gym.Env:

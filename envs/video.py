@@ -12,6 +12,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from envs.opengl import INSTALL, opengl_failure
+
 
 class VideoError(RuntimeError):
     """The video could not be rendered; the message names the likely fix."""
@@ -103,7 +105,7 @@ def _render_worker(conn, env_id: str, max_episode_steps, kwargs: dict, seed: int
         env.close()
         conn.send({"paths": paths, "returns": returns})
     except Exception as err:  # report to the parent instead of dying silently
-        conn.send({"error": f"{type(err).__name__}: {err}"})
+        conn.send({"error": opengl_failure(err) or f"{type(err).__name__}: {err}"})
 
 
 def record_videos(policy: Callable[[np.ndarray], np.ndarray], env_id: str, seed: int, episodes: int, prefix: str,
@@ -123,7 +125,7 @@ def record_videos(policy: Callable[[np.ndarray], np.ndarray], env_id: str, seed:
                 break
             parent.send(policy(msg))
     except EOFError:
-        msg = {"error": f"the render process died (exit code {proc.exitcode}); check MUJOCO_GL (egl or osmesa) and the OpenGL libraries"}
+        msg = {"error": f"the render process died (exit code {proc.exitcode}); check MUJOCO_GL. {INSTALL}"}
     finally:
         proc.join(timeout=60)
     if "error" in msg:

@@ -1,6 +1,7 @@
 """The DeepMind Control suite (envs/dmc.py): dm_control's tasks behind the gymnasium interface, in
 a process of their own; their action repeat and episode protocol, their exact state mid-episode,
 and SAC trained on one through train.py (resumed bit-exact, evaluated with video, exported)."""
+import ctypes.util
 import json
 import os
 import subprocess
@@ -14,7 +15,8 @@ import pytest
 import envs  # noqa: F401 (registers DMC-v1)
 from envs.factory import make_vector_env
 from envs.state import env_state, set_env_state
-from helpers import ROOT, evaluate, extended_run_ends_as_the_whole
+from envs.video import VideoError, record_videos
+from helpers import ROOT, evaluate, extended_run_ends_as_the_whole, train_in_process
 from training import plaindata
 
 
@@ -240,3 +242,27 @@ def test_a_dmc_reset_with_a_seed_draws_the_tasks_initial_state_from_that_seed():
     finally:
         env.close()
 
+
+
+@pytest.mark.skipif(ctypes.util.find_library("OSMesa") is not None, reason="OSMesa is installed, so MUJOCO_GL=osmesa loads")
+def test_a_missing_rendering_backend_names_what_to_install_and_states_need_none(tmp_path, capsys, monkeypatch):
+    """MUJOCO_GL=osmesa where OSMesa is not installed, as a user on a headless machine might set it:
+    DMC from pixels is refused with the packages to install (exit 2, no traceback, no run directory),
+    and so is a video of a MuJoCo task; DMC from states renders nothing, loads no backend, and runs."""
+    monkeypatch.setenv("MUJOCO_GL", "osmesa")
+    proc = train_in_process(capsys, f"hydra.run.dir={tmp_path / 'run'}", "logger.progress=false", "agent=sac", "env=dmc",
+                            "env.pixels=true", "network=nature_cnn")
+    assert proc.returncode == 2
+    assert "MuJoCo's OpenGL backend (MUJOCO_GL=osmesa) could not be loaded" in proc.stderr
+    assert "apt-get install libosmesa6" in proc.stderr and "Traceback" not in proc.stderr + proc.stdout
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(VideoError, match="could not record a video of InvertedPendulum-v5: MuJoCo's OpenGL backend"):
+        record_videos(lambda obs: np.zeros(1, np.float32), "InvertedPendulum-v5", seed=0, episodes=1,
+                      prefix=str(tmp_path / "video"))
+    env = gym.make("DMC-v1", domain="cartpole", task="swingup")
+    try:
+        obs, _ = env.reset(seed=0)
+        assert obs.shape == (5,)
+        env.step(np.zeros(1, np.float32))
+    finally:
+        env.close()
