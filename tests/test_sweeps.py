@@ -320,3 +320,25 @@ def test_the_sweeps_end_names_the_points_that_failed_in_it(tmp_path, capsys):
     assert "an old failure" not in err
     end("hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper")
     assert capsys.readouterr().err.startswith("warning: 2 points of the sweep failed (")
+
+
+def test_the_pixel_and_dmc_suites_sweep_as_the_mujoco_tasks_do(tmp_path):
+    """A sweep over DMC tasks through joblib's worker processes (each DMC env runs dm_control in a
+    process of its own, which loky's workers must be able to start) and one over MinAtar games:
+    each point trains its own task, and aggregate.py reports each DMC task as a row of its own."""
+    dmc, minatar = tmp_path / "dmc", tmp_path / "minatar"
+    tiny = ["learning_starts=100", "eval_every=200", "eval_episodes=1", "logger.progress=false"]
+    proc = multirun(dmc, "agent=sac", "env=dmc", "env.domain=cartpole", "env.task=swingup,balance",
+                    "network.hidden=[32,32]", "total_steps=200", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *tiny)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = multirun(minatar, "agent=dqn", "env=minatar", "env.game=breakout,freeway", "total_steps=400", *tiny)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for sweep, agent, labels in ((dmc, "sac", ["dmc-cartpole-balance", "dmc-cartpole-swingup"]),
+                                 (minatar, "dqn", ["minatar-breakout", "minatar-freeway"])):
+        summaries = [json.loads((job / "summary.json").read_text()) for job in job_dirs(sweep)]
+        assert sorted(s["env"] for s in summaries) == labels
+        assert all(s["agent"] == agent and not s["stopped"] for s in summaries)
+    agg = subprocess.run([sys.executable, "aggregate.py", str(dmc)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert agg.returncode == 0, agg.stderr
+    rows = read_csv(dmc / "aggregate" / "results.csv")
+    assert sorted((r["env"], int(r["n_runs"])) for r in rows) == [("dmc-cartpole-balance", 1), ("dmc-cartpole-swingup", 1)]
