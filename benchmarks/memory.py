@@ -222,7 +222,7 @@ def replay_memory(transitions: int, sb3_transitions: int, output: str | None) ->
         if proc.returncode != 0:
             sys.exit(f"{proc.stderr[-2000:]}\n{' '.join(cmd)} failed")
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    print("| buffer | transitions | resident (MB) | bytes per transition | x the floor (one 84x84 frame each) |")
+    print("| buffer | transitions | resident (MiB) | bytes per transition | x the floor (one 84x84 frame each) |")
     print("|---|---|---|---|---|")
     for r in results:
         print(f"| {r['impl']} | {r['transitions']} | {r['buffer_mb']} | {r['bytes_per_transition']} | {r['vs_floor']} |")
@@ -306,12 +306,12 @@ def main() -> None:
 
     results = {name: summarize(phase, None if name == "sb3" else layout) for name, phase in phases.items()}
     rows = [
-        ("exact peak, training process (ru_maxrss, MB)", "maxrss_mb"),
-        ("sampled peak, process tree, anon (MB)", "peak_anon_mb"),
-        ("sampled peak, process tree, anon + file (MB)", "peak_total_mb"),
-        ("replay rows at the last sample (MB)", "buffer_mb_at_end"),
-        ("sampled peak, anon minus replay rows (MB)", "peak_non_buffer_anon_mb"),
-        ("the same at 1/4, 1/2, 3/4, all of the learning steps (MB)", "non_buffer_anon_mb_at_quarters"),
+        ("exact peak, training process (ru_maxrss, MiB)", "maxrss_mb"),
+        ("sampled peak, process tree, anon (MiB)", "peak_anon_mb"),
+        ("sampled peak, process tree, anon + file (MiB)", "peak_total_mb"),
+        ("replay rows at the last sample (MiB)", "buffer_mb_at_end"),
+        ("sampled peak, anon minus replay rows (MiB)", "peak_non_buffer_anon_mb"),
+        ("the same at 1/4, 1/2, 3/4, all of the learning steps (MiB)", "non_buffer_anon_mb_at_quarters"),
         ("env step at the last sample", "end_step"),
         ("wall time (s)", "seconds"),
     ]
