@@ -271,6 +271,23 @@ def test_cnn_acting_in_numpy_gives_the_networks_outputs(build, shape, in_numpy):
     np.testing.assert_allclose(fast(x[:1]), np.asarray(net(x[:1])), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("build", [
+    lambda **k: conv_net((12, 12, 3), 1, convs=[[4, 3, 2]], hidden=[8], **k),
+    lambda **k: impala_cnn((12, 12, 3), 1, channels=[4], hidden=[8], **k),
+], ids=["conv_net", "impala_cnn"])
+def test_a_convolutional_critic_joins_the_action_to_the_flattened_convolutions(build):
+    """Q(s, a) of a continuous agent's CNN critic (TD3, DDPG, SAC from pixels), by hand: the image's
+    flattened convolutions concatenated with the action, then the dense layers."""
+    net = build(action_dim=2, name="q")
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (3, 12, 12, 3)).astype(np.uint8)
+    actions = rng.uniform(-1, 1, (3, 2)).astype(np.float32)
+    flat = np.asarray(keras.Model(net.inputs[0], net.get_layer("q_flat").output)(images))
+    (w0, b0), (w1, b1) = net.get_layer("q_h0").get_weights(), net.get_layer("q_out").get_weights()
+    by_hand = np.maximum(np.concatenate([flat, actions], axis=1) @ w0 + b0, 0.0) @ w1 + b1
+    np.testing.assert_allclose(np.asarray(net([images, actions])), by_hand, rtol=1e-5, atol=1e-5)
+
+
 def test_a_dueling_mlp_acts_in_numpy_too():
     from agents.acting import Forward
     from networks.mlp import dueling_mlp
