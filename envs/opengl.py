@@ -33,12 +33,12 @@ def raised_loading_opengl(err: BaseException) -> bool:
 def opengl_failure(err: BaseException) -> str | None:
     """What to install, with the error itself, if `err` (or an error it was raised from) was raised
     loading an OpenGL backend; else None."""
-    while not (isinstance(err, OpenGLUnavailable) or raised_loading_opengl(err)):
-        if err.__cause__ is None:
-            return None
+    while err is not None:
+        if isinstance(err, OpenGLUnavailable):
+            return str(err)
+        if raised_loading_opengl(err):
+            backend = os.environ.get("MUJOCO_GL") or "unset"
+            return (f"MuJoCo's OpenGL backend (MUJOCO_GL={backend}) could not be loaded: {type(err).__name__}: "
+                    f"{str(err).rstrip('.')}. {INSTALL}")
         err = err.__cause__
-    if isinstance(err, OpenGLUnavailable):
-        return str(err)
-    backend = os.environ.get("MUJOCO_GL") or "unset"
-    return (f"MuJoCo's OpenGL backend (MUJOCO_GL={backend}) could not be loaded: {type(err).__name__}: "
-            f"{str(err).rstrip('.')}. {INSTALL}")
+    return None
