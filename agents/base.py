@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from agents import checks
 from agents.acting import Forward
-from agents.replay import Transitions
+from agents.replay import Block, Transitions
 from buffers.types import Batch, obs_shape_of
 
 
@@ -106,13 +106,16 @@ class Needs:
     - `lap`: the critic loss is LAP's and needs LAP's replay (a LapReplay), or it is a squared
       error that LAP's replay would bias (False), or the agent has no view (None);
     - `replay`: what one update takes from replay (agents/replay.py): a Batch of transitions, or
-      MR.Q's transitions and runs."""
+      MR.Q's transitions and runs;
+    - `block`: updates of one part run many in a row every so many updates, each on its own draw
+      (agents/replay.py: MR.Q's encoder in its author's schedule), or None."""
 
     population: bool = False
     evaluation: Forward | None = None
     policy_checkpoints: PolicyCheckpoints | None = None
     lap: LapReplay | Literal[False] | None = None
     replay: Transitions = Transitions()
+    block: Block | None = None
 
 
 class Agent(Protocol):
@@ -165,6 +168,16 @@ class Learner(Protocol):
         unchanged when K is 0."""
 
     def metric_zeros(self) -> dict[str, tf.Tensor]: ...
+
+    def extra_metrics(self) -> dict:
+        """What each update's metrics carry beside the update's own (the last block's, host metrics)."""
+
+    block: Block | None  # the agent's `needs.block`
+    def run_block(self, draws, start: bool) -> None:
+        """K >= 1 updates of the agent's block over K stacked draws (`start`: the block's first call)."""
+
+    def block_chunks(self, batch_size: int) -> list[int]:
+        """How many draws each call of a block takes."""
 
     def acting_weights(self) -> tf.Tensor:
         """The acting network's weights as one flat tensor, read after the step's writes."""

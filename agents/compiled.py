@@ -106,6 +106,13 @@ class CompiledAgent:
             forward.use_numpy(numpy_acting)
         self.replay = agent.needs.replay
         self.signature = self.replay.signature(agent.obs_shape, agent.action_spec, agent.acting.obs_dtype)
+        self.block = agent.needs.block
+        self.block_metrics: dict = {}  # the last block's, added to every update's metrics
+        if self.block is not None:
+            signature = [stacked(self.block.replay.signature(agent.obs_shape, agent.action_spec, agent.acting.obs_dtype)),
+                         tf.TensorSpec([], tf.bool, name="start")]
+            self._block = compile_fn(lambda draws, start: self._with_weights(self._block_updates(draws, start)),
+                                     signature, compile)
         # one update as the loops over updates (K fused, the env steps driven from inside a graph
         # call: training.driven) call it: traced once, that trace also giving `metric_zeros` its
         # structure; XLA-compiled in xla mode, so that the driven steps get the fused update too
@@ -135,7 +142,24 @@ class CompiledAgent:
         else:
             metrics, weights = self._update_many(batches)
         self.receive_weights(weights)
-        return {**metrics, **self.agent.host_metrics()}
+        return {**metrics, **self.extra_metrics()}
+
+    def extra_metrics(self) -> dict:
+        """What each update's metrics carry beside the update's own: the last block's, the agent's host ones."""
+        return {**self.block_metrics, **self.agent.host_metrics()}
+
+    def run_block(self, draws, start: bool) -> None:
+        """K >= 1 updates of the agent's block (`Needs.block`) in one call, on K stacked draws; with
+        `start`, the block's first call, which begins with the agent's `start_block`."""
+        metrics, weights = self._block(self.block.replay.map_obs(draws, self.obs_norm) if self.obs_norm else draws,
+                                       np.bool_(start))
+        self.receive_weights(weights)
+        self.block_metrics = metrics
+
+    def block_chunks(self, batch_size: int) -> list[int]:
+        """How many draws each call of a block takes (`Block.chunks`)."""
+        obs_bytes = int(np.prod(self.agent.obs_shape)) * tf.as_dtype(self.agent.acting.obs_dtype).size
+        return self.block.chunks(batch_size, obs_bytes)
 
     def acting_weights(self) -> tf.Tensor:
         return self.agent.acting.flat_weights()
@@ -171,6 +195,22 @@ class CompiledAgent:
         with matmul_precision(self.update_precision), batch_shards(self.batch_shards):
             return self.agent.update(batch)
 
+    def _block_updates(self, draws, start: tf.Tensor) -> dict[str, tf.Tensor]:
+        """A block's `start_block` (with `start`), then one `block_update` per stacked draw, in
+        order; the last one's metrics."""
+        tf.cond(start, self.agent.start_block, lambda: tf.constant(False))
+
+        def one(draw):
+            if self.random_shift is not None:
+                draw = self.block.replay.map_obs(draw, self.random_shift)
+            with matmul_precision(self.update_precision), batch_shards(self.batch_shards):
+                return self.agent.block_update(draw)
+
+        metrics = one(index(draws, 0))
+        _, metrics = tf.while_loop(lambda i, _: i < count(draws), lambda i, _: (i + 1, one(index(draws, i))),
+                                   (tf.constant(1), metrics))
+        return metrics
+
     def _traced_update(self, jit_compile: bool = False):
         """One update as a tf.function of the batch's signature (autograph off: see `compile_fn`)."""
         return tf.function(self._update_in_context, input_signature=[self.signature], jit_compile=jit_compile,
@@ -204,6 +244,11 @@ class CompiledAgent:
         return {k: tf.zeros([d or 0 for d in v.shape], v.dtype) for k, v in self._metric_spec.items()}
 
     # --- introspection --------------------------------------------------------------------
+    def block_graph(self):
+        """The compiled block's graph (`Needs.block`), or None without a block or in eager mode."""
+        fn = getattr(self, "_block", None)
+        return fn.get_concrete_function().graph if hasattr(fn, "get_concrete_function") else None
+
     @property
     def update_trace_count(self) -> int:
         """How many times the single update has been traced (0 in eager mode)."""

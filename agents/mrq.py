@@ -17,13 +17,15 @@ discrete actions.
   reset, where TD7's buffer=lap resets it at each target copy), targets (encoder, value, policy) copied
   every `target_update_every` updates, AdamW with the author's rates and weight decay.
 
+The encoder's schedule (`encoder_schedule`):
+- author (the default): as the author's `train()`, at each target copy the encoder target becomes
+  the encoder, which then trains `target_update_every` times in a row on runs drawn from the buffer
+  as it is then (a `Block` the loop runs), and the value and policy use it until the next copy.
+- fused: the encoder trains once per update, on a copy (`encoder_next`) that becomes the encoder the
+  value and policy use at the next copy; so they use an encoder one block older than the author's,
+  an untrained one in the first block, and each update costs the same.
+
 Where this differs from the author's code (say so in results):
-- The encoder trains once per update, on a copy (`encoder_next`) that becomes the encoder the value
-  and policy use at each target copy. The author trains it 250 times in a row at each target copy
-  (on batches drawn then) and the value and policy use that encoder until the next copy. Both train
-  it once per update and hold it fixed between copies; here each copy is trained on batches drawn
-  during the 250 updates before it instead of at its start, so every update costs the same and
-  fuses with the others.
 - The multi-step return stops at the first termination (the buffer's n-step batches); the author's
   `multi_step_reward` weighs each reward by its own step's not-done flag, which drops the terminal
   reward and adds the rewards its buffer holds after the terminal row.
@@ -40,9 +42,14 @@ import tensorflow as tf
 from agents import checks, losses
 from agents.acting import Forward
 from agents.base import ActionBox, AdamW, Needs, copy_of, tf_seed
-from agents.replay import RunsBatch, TransitionsAndRuns, check_horizon
+from agents.replay import Block, Runs, RunsBatch, RunsDraw, ScaledBatch, ScaledTransitions, TransitionsAndRuns, check_horizon
 from networks import mrq as mrq_networks
 from networks.mrq import Encoder, MRQNetworks
+
+
+def _copy(target, online) -> None:
+    for t, o in zip(target.weights, online.weights, strict=True):
+        t.assign(o)
 
 
 def adamw(learning_rate: float, weight_decay: float) -> AdamW:
@@ -65,7 +72,7 @@ class MRQ:
                  gumbel_tau: float = 10.0, pre_activ_weight: float = 1e-5, num_bins: int = 65,
                  lower: float = -10.0, upper: float = 10.0, reward_loss: str = "two_hot",
                  reward_scaling: bool = True, target_value: str = "min", value_loss: str = "huber",
-                 target_encoder: bool = True, encoder_loss: str = "model"):
+                 target_encoder: bool = True, encoder_loss: str = "model", encoder_schedule: str = "author"):
         if not isinstance(network, MRQNetworks):
             raise ValueError("agent=mrq builds its encoders, policy and value networks from network=mrq (its default); "
                              "leave the network group out of the command, or set network=mrq.")
@@ -114,6 +121,10 @@ class MRQ:
         if not self.by_model and idle:
             raise ValueError(f"{', '.join(idle)} changes the encoder's model, which agent.encoder_loss=value (the "
                              f"design study's No MR) does not train; leave it out, or set agent.encoder_loss=model.")
+        schedule = checks.choice(encoder_schedule, "encoder_schedule", ("author", "fused"),
+                                 " (author: 250 encoder updates in a row at each target copy, as the author's code; "
+                                 "fused: one per update)")
+        self.blocks = self.by_model and schedule == "author"  # the encoder trains in blocks (without a model: never)
 
         self._rng = rng
         self._tf_rng = tf.random.Generator.from_seed(tf_seed(rng))
@@ -124,9 +135,13 @@ class MRQ:
 
         o, a = self.obs_shape, self.action_dim
         bins = self.num_bins if self.reward_loss is losses.two_hot_cross_entropy else 1  # the reward head's outputs
-        self.encoder_next = network.encoder(o, a, bins, "encoder_next")  # trained every update
-        self.encoder = network.encoder(o, a, bins, "encoder", like=self.encoder_next)  # what value and policy use
-        self.encoder_target = network.encoder(o, a, bins, "encoder_target", like=self.encoder_next)
+        if self.blocks:  # the encoder value and policy use is the one trained
+            self.encoder = network.encoder(o, a, bins, "encoder")
+            self.encoder_trained = self.encoder
+        else:  # fused: a copy trained every update becomes the encoder in use at each target copy
+            self.encoder_next = self.encoder_trained = network.encoder(o, a, bins, "encoder_next")
+            self.encoder = network.encoder(o, a, bins, "encoder", like=self.encoder_next)
+        self.encoder_target = network.encoder(o, a, bins, "encoder_target", like=self.encoder)
         self.policy_net = network.policy(a, "policy")
         self.policy_target = copy_of(self.policy_net, network.policy(a, "policy_target"))
         self.value = network.value("value")
@@ -139,26 +154,31 @@ class MRQ:
 
         self.acting = Forward(mrq_networks.acting_policy(self.encoder.zs, self.policy_net, "acting_policy"))
         # LAP's replay is conf/agent/mrq.yaml's buffer; buffer=uniform is the author's prioritized=False
-        self.needs = Needs(replay=TransitionsAndRuns(self.enc_horizon, self.q_horizon))
+        if self.blocks:
+            every = self.target_update_every
+            self.needs = Needs(replay=ScaledTransitions(self.enc_horizon, self.q_horizon),
+                               block=Block(every, every, Runs(self.enc_horizon)))
+        else:
+            self.needs = Needs(replay=TransitionsAndRuns(self.enc_horizon, self.q_horizon))
 
     def encoder_variables(self) -> list:
-        """What the encoder's optimizer trains: the copy, by the model's losses; or with
-        encoder_loss=value ("No MR") the encoder in use's zs and zsa, by the value's loss."""
+        """What the encoder's optimizer trains: by the model's losses, the encoder (author) or its copy
+        (fused); or with encoder_loss=value ("No MR") the encoder in use's zs and zsa, by the value's loss."""
         if self.by_model:
-            return self.encoder_next.trainable_variables
+            return self.encoder_trained.trainable_variables
         return self.encoder.zs.trainable_variables + self.encoder.zsa.trainable_variables
 
     # --- the update ---------------------------------------------------------------------------
-    def update(self, inputs: RunsBatch) -> dict[str, tf.Tensor]:
-        batch, runs = inputs.batch, inputs.runs
+    def update(self, inputs: RunsBatch | ScaledBatch) -> dict[str, tf.Tensor]:
+        """One update of the value and policy; in the fused schedule, of the encoder's copy too. The
+        author's schedule trains the encoder in the block before it (`block_update`)."""
+        batch = inputs.batch
         self.updates.assign_add(1)
         tf.cond((self.updates - 1) % self.target_update_every == 0, lambda: self.copy_targets(inputs.reward_scale),
                 lambda: tf.constant(False))
         metrics = {}
-        if self.by_model:
-            encoder_loss, parts = self.encoder_update(runs, inputs.terminates)
-            metrics = {"encoder_loss": encoder_loss, "dynamics_loss": parts["dynamics"], "reward_loss": parts["reward"],
-                       "done_loss": parts["done"]}
+        if self.by_model and not self.blocks:
+            metrics = self.encoder_update(inputs.runs, inputs.terminates)
         value_loss, q, target = self.value_update(batch)
         policy_loss = self.policy_update(batch.obs)
         return {
@@ -173,12 +193,16 @@ class MRQ:
 
     def copy_targets(self, reward_scale: tf.Tensor) -> tf.Tensor:
         """Every target_update_every updates (the first included): the targets become copies of the
-        networks, the encoder the trained copy, and the reward scale the buffer's mean |reward|, the
-        target's the one it replaces."""
-        pairs = [(self.policy_target, self.policy_net), (self.value_target, self.value), (self.encoder_target, self.encoder)]
-        for target, online in pairs + ([(self.encoder, self.encoder_next)] if self.by_model else []):
-            for t, o in zip(target.weights, online.weights, strict=True):
-                t.assign(o)
+        networks, and the reward scale the buffer's mean |reward|, the target's the one it replaces.
+        The encoder's target too, and in the fused schedule the encoder becomes its trained copy; in
+        the author's the block before this update has already copied it (`start_block`)."""
+        pairs = [(self.policy_target, self.policy_net), (self.value_target, self.value)]
+        if not self.blocks:
+            pairs.append((self.encoder_target, self.encoder))
+        if self.by_model and not self.blocks:
+            pairs.append((self.encoder, self.encoder_next))
+        for target, online in pairs:
+            _copy(target, online)
         if self.reward_scaling:
             self.target_reward_scale.assign(self.reward_scale)
             self.reward_scale.assign(reward_scale)
@@ -190,26 +214,38 @@ class MRQ:
             return tf.one_hot(action, self.action_dim)
         return self.box.to_unit(action)
 
-    def encoder_update(self, runs, terminates: tf.Tensor) -> tuple[tf.Tensor, dict]:
-        """The model loss unrolled along the runs, the next states embedded by the encoder in use
-        (the trained copy's target, as the author's is the copy made before its 250 updates); with
-        target_encoder=false, by the trained copy itself, its gradients through them included."""
+    def start_block(self) -> tf.Tensor:
+        """Before the first encoder update of a block (author's schedule): the encoder target
+        becomes the encoder, as the author's copy precedes its 250 encoder updates."""
+        _copy(self.encoder_target, self.encoder)
+        return tf.constant(True)
+
+    def block_update(self, draw: RunsDraw) -> dict[str, tf.Tensor]:
+        """One encoder update of a block (author's schedule)."""
+        return self.encoder_update(draw.runs, draw.terminates)
+
+    def encoder_update(self, runs, terminates: tf.Tensor) -> dict[str, tf.Tensor]:
+        """The model loss unrolled along the runs, the next states embedded by the trained encoder's
+        target (author: the encoder target, copied before the block; fused: the encoder in use,
+        which the trained copy replaces at the next copy); with target_encoder=false, by the trained
+        encoder itself, its gradients through them included."""
         b, h = tf.shape(runs.reward)[0], self.enc_horizon
         flat_next = tf.reshape(runs.next_obs, tf.concat([[-1], tf.shape(runs.next_obs)[2:]], 0))
         next_embedding = lambda encoder: tf.reshape(encoder.zs(flat_next), [b, h, -1])  # noqa: E731
+        trained = self.encoder_trained
         if self.use_target_encoder:
-            next_zs = tf.stop_gradient(next_embedding(self.encoder))
+            next_zs = tf.stop_gradient(next_embedding(self.encoder_target if self.blocks else self.encoder))
         actions = self.action_input(runs.action)
-        variables = self.encoder_next.trainable_variables
+        variables = trained.trainable_variables
         with tf.GradientTape() as tape:
             if not self.use_target_encoder:
-                next_zs = next_embedding(self.encoder_next)
+                next_zs = next_embedding(trained)
             loss, parts = losses.model_rollout_loss(
-                self.encoder_next.predict, self.encoder_next.zs(runs.obs), actions, next_zs, runs.reward,
-                runs.terminated, self.bins, self.dyn_weight, self.reward_weight, self.done_weight * terminates,
-                self.reward_loss)
+                trained.predict, trained.zs(runs.obs), actions, next_zs, runs.reward, runs.terminated, self.bins,
+                self.dyn_weight, self.reward_weight, self.done_weight * terminates, self.reward_loss)
         self.encoder_optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
-        return loss, parts
+        return {"encoder_loss": loss, "dynamics_loss": parts["dynamics"], "reward_loss": parts["reward"],
+                "done_loss": parts["done"]}
 
     def act_pre(self, pre_activation: tf.Tensor) -> tf.Tensor:
         """The policy's action from its pre-activation: tanh, or a Gumbel-softmax sample."""

@@ -2,7 +2,9 @@
 compiled update (its input signature, what happens to observations around the maths) and by the loop
 (what it draws). Most agents take one `Batch` of transitions (`Transitions`); MR.Q takes a batch of
 (multi-step) transitions for its value and policy, runs of consecutive steps for its encoder, and two
-facts of the whole buffer (`TransitionsAndRuns`).
+facts of the whole buffer (`TransitionsAndRuns`); or, in its author's encoder schedule, the
+transitions and the reward scale per update (`ScaledTransitions`) and the runs in blocks of
+encoder updates between them (`Block` of `Runs`).
 """
 from __future__ import annotations
 
@@ -59,6 +61,8 @@ def index(batches, i):
 class Transitions:
     """One Batch of transitions per update (buffer.sample)."""
 
+    mask_horizon = 0  # `buffer.mask_horizon=auto`: no mask
+
     def signature(self, obs_shape: tuple[int, ...], action: tf.TensorSpec, obs_dtype) -> Batch:
         return batch_signature(obs_shape, action, obs_dtype)
 
@@ -99,38 +103,139 @@ class TransitionsAndRuns(Transitions):
     horizon: int
     n_step: int
 
+    @property
+    def mask_horizon(self) -> int:
+        """`buffer.mask_horizon=auto`: the author's buffer masks by the longer of the two horizons."""
+        return max(self.horizon, self.n_step)
+
     def signature(self, obs_shape: tuple[int, ...], action: tf.TensorSpec, obs_dtype) -> RunsBatch:
-        steps = [None, self.horizon]
         return RunsBatch(
             batch=batch_signature(obs_shape, action, obs_dtype),
-            runs=Sequences(
-                obs=tf.TensorSpec([None, *obs_shape], obs_dtype, name="run_obs"),
-                action=tf.TensorSpec(steps + list(action.shape[1:]), action.dtype, name="run_action"),
-                reward=tf.TensorSpec(steps, tf.float32, name="run_reward"),
-                next_obs=tf.TensorSpec(steps + list(obs_shape), obs_dtype, name="run_next_obs"),
-                terminated=tf.TensorSpec(steps, tf.float32, name="run_terminated"),
-            ),
+            runs=_runs_signature(obs_shape, action, obs_dtype, self.horizon),
             reward_scale=tf.TensorSpec([], tf.float32, name="reward_scale"),
             terminates=tf.TensorSpec([], tf.float32, name="terminates"),
         )
 
     def draw(self, buffer: Buffer, batch_size: int, k: int) -> RunsBatch:
         batch = buffer.sample_batches(batch_size, k)  # first: a prioritized buffer updates these batches' priorities
-        runs = buffer.sample_sequences(batch_size * k, self.horizon)
-        return RunsBatch(batch, Sequences(*(x.reshape(k, batch_size, *x.shape[1:]) for x in runs)),
+        return RunsBatch(batch, _draw_runs(buffer, batch_size, k, self.horizon),
                          np.full(k, buffer.mean_abs_reward(), np.float32),
                          np.full(k, float(buffer.any_terminated()), np.float32))
 
     def map_obs(self, batch: RunsBatch, fn: Callable) -> RunsBatch:
-        runs = batch.runs._replace(obs=fn(batch.runs.obs), next_obs=_over_steps(fn, batch.runs.next_obs))
-        return batch._replace(batch=super().map_obs(batch.batch, fn), runs=runs)
+        return batch._replace(batch=super().map_obs(batch.batch, fn), runs=_map_runs(batch.runs, fn))
 
     def check(self, buffer: Buffer) -> None:
-        n_step = getattr(buffer, "n_step", None)
-        if n_step != self.n_step:
-            raise ValueError(f"the agent's value targets are {self.n_step}-step returns (agent.q_horizon={self.n_step}), "
-                             f"but the buffer's are {n_step}-step (buffer.n_step={n_step}); leave buffer.n_step out of "
-                             f"the command (agent=mrq sets it to agent.q_horizon).")
+        _check_n_step(buffer, self.n_step)
+
+
+class ScaledBatch(NamedTuple):
+    """MR.Q's inputs to one update in its author's encoder schedule: transitions for the value and
+    policy, and the buffer's mean absolute reward (the encoder trains in blocks: `Block`)."""
+
+    batch: Batch
+    reward_scale: np.ndarray  # () float32
+
+
+class RunsDraw(NamedTuple):
+    """The inputs of one encoder update of a block: runs, and whether any stored transition terminated."""
+
+    runs: Sequences
+    terminates: np.ndarray  # () float32
+
+
+def _runs_signature(obs_shape: tuple[int, ...], action: tf.TensorSpec, obs_dtype, horizon: int) -> Sequences:
+    steps = [None, horizon]
+    return Sequences(
+        obs=tf.TensorSpec([None, *obs_shape], obs_dtype, name="run_obs"),
+        action=tf.TensorSpec(steps + list(action.shape[1:]), action.dtype, name="run_action"),
+        reward=tf.TensorSpec(steps, tf.float32, name="run_reward"),
+        next_obs=tf.TensorSpec(steps + list(obs_shape), obs_dtype, name="run_next_obs"),
+        terminated=tf.TensorSpec(steps, tf.float32, name="run_terminated"),
+    )
+
+
+def _draw_runs(buffer: Buffer, batch_size: int, k: int, horizon: int) -> Sequences:
+    runs = buffer.sample_sequences(batch_size * k, horizon)
+    return Sequences(*(x.reshape(k, batch_size, *x.shape[1:]) for x in runs))
+
+
+def _map_runs(runs: Sequences, fn: Callable) -> Sequences:
+    return runs._replace(obs=fn(runs.obs), next_obs=_over_steps(fn, runs.next_obs))
+
+
+def _check_n_step(buffer: Buffer, n_step: int) -> None:
+    found = getattr(buffer, "n_step", None)
+    if found != n_step:
+        raise ValueError(f"the agent's value targets are {n_step}-step returns (agent.q_horizon={n_step}), "
+                         f"but the buffer's are {found}-step (buffer.n_step={found}); leave buffer.n_step out of "
+                         f"the command (agent=mrq sets it to agent.q_horizon).")
+
+
+@dataclass(frozen=True)
+class ScaledTransitions(Transitions):
+    """A Batch of n-step transitions and the buffer's mean absolute reward per update."""
+
+    horizon: int  # the runs' of the agent's blocks: with n_step, what `buffer.mask_horizon=auto` masks by
+    n_step: int
+
+    @property
+    def mask_horizon(self) -> int:
+        return max(self.horizon, self.n_step)
+
+    def signature(self, obs_shape: tuple[int, ...], action: tf.TensorSpec, obs_dtype) -> ScaledBatch:
+        return ScaledBatch(batch_signature(obs_shape, action, obs_dtype), tf.TensorSpec([], tf.float32, name="reward_scale"))
+
+    def draw(self, buffer: Buffer, batch_size: int, k: int) -> ScaledBatch:
+        return ScaledBatch(buffer.sample_batches(batch_size, k), np.full(k, buffer.mean_abs_reward(), np.float32))
+
+    def map_obs(self, batch: ScaledBatch, fn: Callable) -> ScaledBatch:
+        return batch._replace(batch=super().map_obs(batch.batch, fn))
+
+    def check(self, buffer: Buffer) -> None:
+        _check_n_step(buffer, self.n_step)
+
+
+@dataclass(frozen=True)
+class Runs(Transitions):
+    """Runs of `horizon` steps (buffer.sample_sequences) per encoder update of a block."""
+
+    horizon: int
+
+    def signature(self, obs_shape: tuple[int, ...], action: tf.TensorSpec, obs_dtype) -> RunsDraw:
+        return RunsDraw(_runs_signature(obs_shape, action, obs_dtype, self.horizon),
+                        tf.TensorSpec([], tf.float32, name="terminates"))
+
+    def draw(self, buffer: Buffer, batch_size: int, k: int) -> RunsDraw:
+        return RunsDraw(_draw_runs(buffer, batch_size, k, self.horizon),
+                        np.full(k, float(buffer.any_terminated()), np.float32))
+
+    def map_obs(self, batch: RunsDraw, fn: Callable) -> RunsDraw:
+        return batch._replace(runs=_map_runs(batch.runs, fn))
+
+    def draw_bytes(self, batch_size: int, obs_bytes: int) -> int:
+        """About what one draw's observations take (a run's first and next observations)."""
+        return batch_size * (1 + self.horizon) * obs_bytes
+
+
+BLOCK_BYTES = 64 << 20  # the observations of a block's draws handed over in one call, at most
+
+
+@dataclass(frozen=True)
+class Block:
+    """Updates of one part of an agent that run `size` times in a row before every `every`-th
+    update (the first included), each on its own draw of `replay`, from the buffer as it is then:
+    MR.Q's encoder in its author's schedule (`target_update_every` updates at each target copy).
+    The loop runs them (`Learner.run_block`), as many draws per call as BLOCK_BYTES allows."""
+
+    every: int
+    size: int
+    replay: Runs
+
+    def chunks(self, batch_size: int, obs_bytes: int) -> list[int]:
+        """How many of the block's draws each call takes."""
+        per_call = max(1, min(self.size, BLOCK_BYTES // max(1, self.replay.draw_bytes(batch_size, obs_bytes))))
+        return [min(per_call, self.size - start) for start in range(0, self.size, per_call)]
 
 
 def check_horizon(value, key: str) -> int:

@@ -96,11 +96,14 @@ STUDIES: dict[str, tuple[str, list[Run]]] = {
                 + [run for agent in ("td7", "crossq", "sac")
                    for run in grid(["tfrl"], agent, GYM_TASKS, range(3), ["total_steps=100000"])])),
     "mrq_dmc": (
-        "MR.Q (tfrl and the author's code) on DMC cheetah-run from states at the author's action repeat of 2, "
-        "50k agent steps (100k frames)",
-        grid(["tfrl", "author"], "mrq", [("cheetah_run", ["env=dmc", "env.domain=cheetah", "env.task=run",
-                                                          "env.action_repeat=2"])],
-             range(2), ["total_steps=50000", "eval_every=5000"])),
+        "MR.Q (tfrl) on DMC walker-walk and cheetah-run from states, conf/tuned/mrq_dmc.yaml (the author's action "
+        "repeat of 2, an evaluation every 5k), 50k agent steps (100k frames), beside the author's published 10 seeds "
+        "(facebookresearch/MRQ results/dmc_results.txt); and agent.encoder_schedule=fused against the author's "
+        "schedule on walker-walk",
+        grid(["tfrl"], "mrq", [DMC_TASKS[1]], range(3), ["total_steps=50000"])
+        + grid(["tfrl"], "mrq", [("walker_walk_fused", [*DMC_TASKS[1][1], "agent.encoder_schedule=fused"])], range(3),
+               ["total_steps=50000"])
+        + grid(["tfrl"], "mrq", [DMC_TASKS[0]], range(3), ["total_steps=50000"])),
 }
 
 

@@ -5,7 +5,8 @@ new transitions get the largest priority seen so far, so each is replayed at lea
 The loss of each sample is scaled by its importance-sampling weight (N * P(i))^-beta, divided by
 the batch's largest weight; beta anneals linearly from `beta` to 1 over `beta_steps` transitions
 stored (env steps, as OpenAI baselines' schedule), so `beta_steps=total_steps` reaches 1 at the end
-of the run whatever the update cadence. A batch is stratified over the whole priority mass; the n
+of the run whatever the update cadence. A batch is stratified over the whole priority mass (Schaul
+et al.), or with `stratified=false` drawn i.i.d. by priority (LAP's and MR.Q's authors); the n
 batches of a fused phase (`sample_batches`) are n such batches, drawn from the same priorities; the
 loop draws one batch per update (`draws_together` is False), so each sees the priorities of the last.
 
@@ -53,6 +54,8 @@ class PrioritizedReplay(UniformReplay):
         max_reset_every: int = 0,
         obs_dtype=np.float32,
         frame_stack: int = 1,
+        stratified: bool = True,
+        mask_horizon: int = 0,
     ):
         if alpha < 0:
             raise ValueError(f"buffer.alpha must be >= 0 (0 = uniform), got {alpha}")
@@ -67,13 +70,19 @@ class PrioritizedReplay(UniformReplay):
         if isinstance(max_reset_every, bool) or not isinstance(max_reset_every, int) or max_reset_every < 0:
             raise ValueError(f"buffer.max_reset_every must be an integer >= 0 (updates between resets of the largest "
                              f"priority; 0: never), got {max_reset_every!r}")
-        super().__init__(capacity, obs_shape, action_dim, gamma, rng, discrete_actions, n_step, obs_dtype, frame_stack)
+        if not isinstance(stratified, bool):
+            raise ValueError(f"buffer.stratified must be true or false, got {stratified!r}")
+        super().__init__(capacity, obs_shape, action_dim, gamma, rng, discrete_actions, n_step, obs_dtype, frame_stack,
+                         mask_horizon)
+        self.stratified = stratified
         self.alpha, self.beta0, self.beta_steps, self.eps = float(alpha), float(beta), int(beta_steps), float(eps)
         self.min_priority, self.importance_weights = float(min_priority), importance_weights
         self.max_reset_every = max_reset_every
         self._updates_seen = 0  # batches whose priorities came back: the clock of max_reset_every
         self._last_n = 0
         self._tree = SumTree(self.capacity)
+        # with the mask, each row's priority**alpha, which its leaf holds once the mask opens it (0 till then)
+        self._priority = np.zeros(self.capacity) if self.mask is not None else None
         self._max_priority = 1.0
         self._stored = 0  # transitions ever added: the clock of beta's annealing
         self.last_indices: np.ndarray | None = None
@@ -87,8 +96,14 @@ class PrioritizedReplay(UniformReplay):
     def add(self, obs, action, reward, next_obs, terminated, truncated) -> None:
         n = np.asarray(reward).reshape(-1).shape[0]
         idx = (self._cursor + np.arange(n)) % self.capacity
-        super().add(obs, action, reward, next_obs, terminated, truncated)
-        self._tree.set(idx, np.full(n, self._max_priority**self.alpha))
+        if self._priority is None:
+            super().add(obs, action, reward, next_obs, terminated, truncated)
+            self._tree.set(idx, np.full(n, self._max_priority**self.alpha))
+        else:
+            self._priority[idx] = self._max_priority**self.alpha
+            super().add(obs, action, reward, next_obs, terminated, truncated)
+            rows = np.concatenate([idx, self._opened])
+            self._tree.set(rows, self._priority[rows] * self.mask.open[rows])
         self._stored += n
         self._exclude_unsampled()
 
@@ -111,7 +126,10 @@ class PrioritizedReplay(UniformReplay):
         if len(self) == 0:
             raise ValueError("cannot sample from an empty replay buffer")
         total = self._tree.total
-        values = (np.arange(batch_size) + self._rng.random((n, batch_size))) * (total / batch_size)
+        if self.stratified:
+            values = (np.arange(batch_size) + self._rng.random((n, batch_size))) * (total / batch_size)
+        else:
+            values = self._rng.random((n, batch_size)) * total
         idx = self._rows_at(values.reshape(-1))
         probs = self._tree.get(idx) / total
         if self.importance_weights:
@@ -135,7 +153,15 @@ class PrioritizedReplay(UniformReplay):
         skip = self.unsampled()
         if skip:  # round-off may land on a leaf of priority 0: the first row that may be sampled instead
             idx = np.where((idx - self._cursor) % self.capacity < skip, (self._cursor + skip) % self.capacity, idx)
-        return idx
+        if self.mask is None:
+            return idx
+        for _ in range(1000):  # the same for the rows the mask hides: drawn again
+            hidden = ~self.mask.open[idx]
+            if not hidden.any():
+                return idx
+            idx[hidden] = np.minimum(self._tree.find(self._rng.random(int(hidden.sum())) * self._tree.total),
+                                     len(self) - 1)
+        raise self.mask.none_open(len(self))
 
     def update_priorities(self, td_error) -> None:
         if self.last_indices is None:
@@ -144,6 +170,8 @@ class PrioritizedReplay(UniformReplay):
         if p.shape[0] != self.last_indices.shape[0]:
             raise ValueError(f"got {p.shape[0]} TD errors for a batch of {self.last_indices.shape[0]}")
         self._tree.set(self.last_indices, p**self.alpha)
+        if self._priority is not None:
+            self._priority[self.last_indices] = p**self.alpha
         self._exclude_unsampled()
         self._max_priority = max(self._max_priority, float(p.max()))
         before, self._updates_seen = self._updates_seen, self._updates_seen + self._last_n
@@ -159,6 +187,8 @@ class PrioritizedReplay(UniformReplay):
     def state_dict(self) -> dict[str, np.ndarray]:
         state = super().state_dict()
         state["priorities"] = self._tree.state_dict()["leaves"]
+        if self._priority is not None:
+            state["hidden_priorities"] = self._priority[: len(self)].copy()
         state["max_priority"] = np.asarray(self._max_priority)
         state["stored"] = np.asarray(self._stored, dtype=np.int64)
         state["updates_seen"] = np.asarray(self._updates_seen, dtype=np.int64)
@@ -167,6 +197,9 @@ class PrioritizedReplay(UniformReplay):
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         super().load_state_dict(state)
         self._tree.load_state_dict({"leaves": state["priorities"]})
+        if self._priority is not None:
+            self._priority[:] = 0.0
+            self._priority[: len(state["hidden_priorities"])] = state["hidden_priorities"]
         self._max_priority = float(state["max_priority"])
         # a state saved before the clock counted stored transitions: what the buffer holds
         self._stored = int(state["stored"]) if "stored" in state else len(self)

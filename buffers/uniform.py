@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from buffers.frames import FrameStore
+from buffers.mask import HorizonMask, check_horizon
 from buffers.types import Batch, Sequences, copy_rows, obs_shape_of, split_batch
 
 
@@ -27,6 +28,7 @@ class UniformReplay:
         n_step: int = 1,
         obs_dtype=np.float32,
         frame_stack: int = 1,
+        mask_horizon: int = 0,
     ):
         if capacity < 1:
             raise ValueError(f"buffer.capacity must be at least 1, got {capacity}")
@@ -63,6 +65,8 @@ class UniformReplay:
         # kept only once asked for (`keep_reward_stats`: MR.Q's), as each add pays for them
         self._abs_reward_sum: float | None = None  # of the stored rows, kept as rows come and go
         self._terminated = False  # whether any transition added so far terminated
+        self.mask = HorizonMask(self.capacity, mask_horizon) if check_horizon(mask_horizon) else None  # MR.Q's author's
+        self._opened = np.zeros(0, np.int64)  # the rows the last add opened (`mask`)
 
     def __len__(self) -> int:
         return self.capacity if self._full else self._cursor
@@ -112,6 +116,9 @@ class UniformReplay:
         d[idx, c["truncated"]] = np.asarray(truncated, dtype=np.float32).reshape(n)
         self._full = self._full or self._cursor + n >= self.capacity
         self._cursor = int((self._cursor + n) % self.capacity)
+        if self.mask is not None:
+            self._opened = self.mask.add(idx, np.asarray(terminated, bool).reshape(n),
+                                         np.asarray(truncated, bool).reshape(n))
 
     def keep_reward_stats(self) -> None:
         """Keep, from now on, what `mean_abs_reward` and `any_terminated` report (from the rows stored so far)."""
@@ -138,6 +145,8 @@ class UniformReplay:
         if len(self) and self._stride:
             rows = (self._cursor - 1 - np.arange(self._stride)) % self.capacity
             self._data[rows, self._cols["truncated"]] = 1.0
+        if self.mask is not None:
+            self.mask.cut()
         if self.frames is not None:
             self._ended = np.ones(max(self._stride, 1), bool)
 
@@ -145,7 +154,17 @@ class UniformReplay:
         return self._batch(self._draw(batch_size), np.ones(batch_size, dtype=np.float32))
 
     def _draw(self, n: int) -> np.ndarray:
-        """n rows drawn uniformly among those that may be sampled."""
+        """n rows drawn uniformly among those that may be sampled (with the mask: those it hides
+        drawn again, so uniformly among the open ones)."""
+        idx = self._draw_rows(n)
+        for _ in range(1000):
+            hidden = np.zeros(n, bool) if self.mask is None else ~self.mask.open[idx]
+            if not hidden.any():
+                return idx
+            idx[hidden] = self._draw_rows(int(hidden.sum()))
+        raise self.mask.none_open(len(self))
+
+    def _draw_rows(self, n: int) -> np.ndarray:
         if len(self) == 0:
             raise ValueError("cannot sample from an empty replay buffer")
         skip = self.unsampled()
@@ -292,6 +311,8 @@ class UniformReplay:
         if self._abs_reward_sum is not None:
             state.update(abs_reward_sum=np.asarray(self._abs_reward_sum, dtype=np.float64),
                          terminated=np.asarray(self._terminated))
+        if self.mask is not None:
+            state.update(self.mask.state_dict(len(self)))
         if self.frames is not None:
             state.update(self.frames.state_dict(len(self)), ended=self._ended)
         return state
@@ -315,6 +336,11 @@ class UniformReplay:
         elif self._abs_reward_sum is not None:  # computed from the rows
             self._abs_reward_sum = None
             self.keep_reward_stats()
+        if (self.mask is not None) != ("sampleable" in state):
+            raise ValueError("replay buffer state and this buffer differ in the sampling mask (buffer.mask_horizon is 0 "
+                             "on one side only); build the buffer with the saved run's config")
+        if self.mask is not None:
+            self.mask.load_state_dict(state)
         if self.frames is not None:
             self.frames.load_state_dict(state)
             self._ended = np.array(state["ended"], bool)

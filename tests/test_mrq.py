@@ -151,12 +151,12 @@ def same(a, b):
 
 
 def test_targets_encoder_and_reward_scale_move_every_target_update():
-    """Every 3 updates, the first included: the targets become copies, the encoder the trained
-    copy as it was, the reward scale the buffer's and the target's the one before; in between, the
-    encoder the value and policy use stays as it is while its copy trains."""
+    """Fused schedule: every 3 updates, the first included: the targets become copies, the encoder
+    the trained copy as it was, the reward scale the buffer's and the target's the one before; in
+    between, the encoder the value and policy use stays as it is while its copy trains."""
     from helpers import compiled
 
-    learner = compiled(mrq(target_update_every=3))
+    learner = compiled(mrq(target_update_every=3, encoder_schedule="fused"))
     agent, rng = learner.agent, np.random.default_rng(1)
     start = weights(agent.encoder_next)
     learner.update(runs_batch(rng, agent, 2.0))
@@ -183,7 +183,7 @@ def test_value_target_reads_the_targets_in_the_scale_of_their_time(switch, reduc
     encoder and policy (no smoothing noise here)."""
     from helpers import compiled
 
-    learner = compiled(mrq(target_update_every=3, target_noise=0.0, **switch))
+    learner = compiled(mrq(target_update_every=3, target_noise=0.0, encoder_schedule="fused", **switch))
     agent, rng = learner.agent, np.random.default_rng(2)
     for scale in (2.0, 5.0, 7.0, 11.0, 13.0):  # the targets now differ from the online networks
         learner.update(runs_batch(rng, agent, scale))
@@ -212,47 +212,127 @@ def test_the_value_loss_is_the_huber_or_squared_error_of_both_heads(value_loss):
     np.testing.assert_allclose(loss, expected, rtol=1e-5)
 
 
+@pytest.mark.parametrize("schedule", ["author", "fused"])
 @pytest.mark.parametrize("target_encoder,terminates", [(True, 1.0), (True, 0.0), (False, 1.0)])
-def test_the_encoder_update_trains_the_copy_against_the_encoder_in_use(target_encoder, terminates):
-    """The dynamics targets are the encoder in use's embeddings of the next states (not the value's
-    target encoder, a copy older); with target_encoder=false (the design study's "No target
-    encoder"), the trained copy's own, and its gradients flow through them too: its first AdamW step
-    is the one of the whole gradient. The reward and done terms are weighed by their own weights
-    (distinct here), the done term's only once a stored transition has terminated."""
-    agent, rng = mrq(target_encoder=target_encoder, reward_weight=0.3, done_weight=0.7), np.random.default_rng(3)
+def test_the_encoder_update_trains_against_its_target(schedule, target_encoder, terminates):
+    """The dynamics targets are the next states' embeddings by the trained encoder's target: in the
+    author's schedule the encoder target (the copy made before the block), in the fused one the
+    encoder in use (which the trained copy replaces at the next copy; not the value's target
+    encoder, a copy older). With target_encoder=false (the design study's "No target encoder"), the
+    trained encoder's own, and its gradients flow through them too: its first AdamW step is the one
+    of the whole gradient. The reward and done terms are weighed by their own weights (distinct
+    here), the done term's only once a stored transition has terminated."""
+    agent = mrq(target_encoder=target_encoder, reward_weight=0.3, done_weight=0.7, encoder_schedule=schedule)
+    rng = np.random.default_rng(3)
     inputs = tf.nest.map_structure(lambda x: tf.constant(x[0]), runs_batch(rng, agent, 1.0))
     inputs = inputs._replace(terminates=tf.constant(terminates))
     runs = inputs.runs
-    in_use, value = weights(agent.encoder), weights(agent.value)
-    # the copy and the value's target encoder made to embed unlike the encoder in use (random changes:
-    # a constant added to every weight would not change a layer-normalized embedding)
-    for encoder in (agent.encoder_next, agent.encoder_target):
+    trained = agent.encoder_trained
+    target = agent.encoder_target if schedule == "author" else agent.encoder
+    others = [e for e in (agent.encoder, agent.encoder_target) if e is not trained]  # left as they are
+    # every encoder made to embed unlike the others (random changes: a constant added to every weight
+    # would not change a layer-normalized embedding)
+    for encoder in {id(e): e for e in (trained, agent.encoder_target)}.values():
         encoder.zs.set_weights([w + rng.normal(0, 0.2, w.shape) for w in encoder.zs.get_weights()])
-    copy = weights(agent.encoder_next)
-    targets_by = agent.encoder if target_encoder else agent.encoder_next
-    variables = agent.encoder_next.trainable_variables
+    copy, kept, value = weights(trained), [weights(e) for e in others], weights(agent.value)
+    targets_by = target if target_encoder else trained
+    variables = trained.trainable_variables
     with tf.GradientTape(persistent=True) as tape:
         next_zs = tf.reshape(targets_by.zs(tf.reshape(runs.next_obs, [-1, OBS])), [16, 3, -1])
         def model_loss(next_zs):
-            return losses.model_rollout_loss(agent.encoder_next.predict, agent.encoder_next.zs(runs.obs),
-                                             agent.box.to_unit(runs.action), next_zs, runs.reward, runs.terminated,
-                                             agent.bins, 1.0, 0.3, 0.7 * terminates)[0]
+            return losses.model_rollout_loss(trained.predict, trained.zs(runs.obs), agent.box.to_unit(runs.action),
+                                             next_zs, runs.reward, runs.terminated, agent.bins, 1.0, 0.3,
+                                             0.7 * terminates)[0]
         expected, held = model_loss(next_zs), model_loss(tf.stop_gradient(next_zs))
     whole, held_grads = tape.gradient(expected, variables), tape.gradient(held, variables)
     zs_of = lambda encoder: encoder.zs(runs.next_obs[:, 0]).numpy()  # noqa: E731
-    assert np.abs(zs_of(agent.encoder) - zs_of(agent.encoder_target)).max() > 0.1
-    assert np.abs(zs_of(agent.encoder) - zs_of(agent.encoder_next)).max() > 0.1
-    loss, parts = agent.encoder_update(runs, inputs.terminates)
+    embeddings = [zs_of(e) for e in {id(e): e for e in (trained, agent.encoder, agent.encoder_target)}.values()]
+    assert len(embeddings) == 3 - (schedule == "author")
+    assert min(np.abs(a - b).max() for i, a in enumerate(embeddings) for b in embeddings[i + 1:]) > 0.1
+    metrics = agent.encoder_update(runs, inputs.terminates)
+    loss, parts = metrics["encoder_loss"], {k: metrics[f"{k}_loss"] for k in ("dynamics", "reward", "done")}
     np.testing.assert_allclose(loss, expected, rtol=1e-6)
     np.testing.assert_allclose(loss, parts["dynamics"] + 0.3 * parts["reward"] + 0.7 * terminates * parts["done"],
                                rtol=1e-6)
-    assert same(weights(agent.encoder), in_use) and same(weights(agent.value), value)
-    assert not same(weights(agent.encoder_next), copy)
+    assert all(same(weights(e), w) for e, w in zip(others, kept)) and same(weights(agent.value), value)
+    assert not same(weights(trained), copy)
 
-    kernel = [i for i, v in enumerate(variables) if v.path == agent.encoder_next.zs.weights[0].path][0]
+    kernel = [i for i, v in enumerate(variables) if v.path == trained.zs.weights[0].path][0]
     np.testing.assert_allclose(variables[kernel].numpy(), adamw_first_step(copy[kernel], whole[kernel].numpy()), atol=1e-9)
     if not target_encoder:  # the targets' gradients changed the step
         assert np.abs(adamw_first_step(copy[kernel], held_grads[kernel].numpy()) - variables[kernel].numpy()).max() > 1e-5
+
+
+def runs_draws(rng, agent, k, n=16):
+    """k draws of a block's runs, stacked (the author's schedule)."""
+    from agents.replay import RunsDraw
+
+    draws = [runs_batch(rng, agent, 1.0, n) for _ in range(k)]
+    return RunsDraw(tf.nest.map_structure(lambda *x: np.concatenate(x), *[d.runs for d in draws]), np.ones(k, np.float32))
+
+
+def scaled_batch(rng, agent, scale):
+    """One update's inputs in the author's schedule, stacked as one (K = 1)."""
+    from agents.replay import ScaledBatch
+
+    one = runs_batch(rng, agent, scale)
+    return ScaledBatch(one.batch, one.reward_scale)
+
+
+def test_the_authors_schedule_trains_the_encoder_in_a_block_at_each_target_copy():
+    """encoder_schedule=author (the default), as the author's `train()`: a block's first call makes
+    the encoder target a copy of the encoder, then the encoder itself trains once per draw, in order,
+    against that target (a twin stepped by `encoder_update` draw by draw ends equal); a later call of
+    the same block leaves the target. The update trains the value and policy on the trained encoder,
+    copies their targets and the reward scale at its copies, and leaves both encoders."""
+    from helpers import compiled
+
+    learner, twin = compiled(mrq(target_update_every=3)), mrq(target_update_every=3)
+    agent, rng = learner.agent, np.random.default_rng(4)
+    assert agent.needs.block.every == agent.needs.block.size == 3 and not hasattr(agent, "encoder_next")
+    for mine, theirs in ((twin.encoder, agent.encoder), (twin.encoder_target, agent.encoder_target)):
+        for m, t in zip(mine, theirs):
+            m.set_weights(t.get_weights())
+    agent.encoder_target.zs.set_weights([w + 0.3 for w in agent.encoder_target.zs.get_weights()])  # stale, as after a block
+    start = weights(agent.encoder)
+    first, second = runs_draws(rng, agent, 2), runs_draws(rng, agent, 1)
+    learner.run_block(first, start=True)
+    assert same(weights(agent.encoder_target), start) and not same(weights(agent.encoder), start)
+    learner.run_block(second, start=False)
+    assert same(weights(agent.encoder_target), start)
+    for draws in (first, second):
+        for i in range(len(draws.terminates)):
+            twin.block_update(tf.nest.map_structure(lambda x: tf.constant(x[i]), draws))
+    assert np.allclose(np.concatenate([w.ravel() for w in weights(twin.encoder)]),
+                       np.concatenate([w.ravel() for w in weights(agent.encoder)]), atol=1e-6)
+    assert "encoder_loss" in learner.extra_metrics()
+
+    trained, value, policy = weights(agent.encoder), weights(agent.value), weights(agent.policy_net)
+    metrics = learner.update(scaled_batch(rng, agent, 2.0))
+    assert (agent.reward_scale.numpy(), agent.target_reward_scale.numpy()) == (2.0, 1.0)
+    assert same(weights(agent.value_target), value) and same(weights(agent.policy_target), policy)
+    assert same(weights(agent.encoder), trained) and same(weights(agent.encoder_target), start)
+    assert not same(weights(agent.value), value) and "encoder_loss" in metrics
+    learner.update(scaled_batch(rng, agent, 5.0))
+    assert agent.reward_scale.numpy() == 2.0 and same(weights(agent.encoder), trained)
+
+
+@pytest.mark.parametrize("steps_per_call,total_steps", [(0, 61), (7, 59)])
+def test_the_loop_runs_a_block_before_every_target_copy(make_cfg, steps_per_call, total_steps):
+    """The author's schedule through the loop, per update phase and driven from inside compiled calls
+    (7 steps each, which the period does not divide): a block of `target_update_every` encoder
+    updates before the 1st, 5th, 9th ... update, the last update of the run included (59 steps: 9
+    updates), so that after u updates the encoder has trained ceil(u / 4) * 4 times."""
+    from helpers import run_loop
+
+    cfg = make_cfg("agent=mrq", "env=pendulum", *[f"network.{k}={v}" for k, v in TINY_NET.items()],
+                   "agent.target_update_every=4", "learning_starts=50", f"total_steps={total_steps}", "batch_size=16",
+                   f"speed.steps_per_call={steps_per_call}", "eval_every=1000", "eval_episodes=1",
+                   "logger.progress=false", "logger.tensorboard=false", "checkpoint.every=0")
+    summary, run = run_loop(cfg)
+    agent, updates = run.learner.agent, total_steps - 50
+    assert summary["updates"] == int(agent.value_optimizer.iterations) == updates
+    assert int(agent.encoder_optimizer.iterations) == -(-updates // 4) * 4 == 12
 
 
 def test_without_the_model_the_encoder_trains_through_the_value_loss():
@@ -290,16 +370,15 @@ def test_the_design_studys_switches_of_the_networks():
     from networks.mrq import MRQNetworks
 
     agent = mrq(reward_loss="mse")
-    assert agent.encoder_next.model.outputs[0].shape[-1] == 1 + TINY_NET["zs_dim"] + 1
+    assert agent.encoder_trained.model.outputs[0].shape[-1] == 1 + TINY_NET["zs_dim"] + 1
     inputs = tf.nest.map_structure(lambda x: tf.constant(x[0]), runs_batch(np.random.default_rng(6), agent, 1.0))
     runs, alive, expected = inputs.runs, np.ones(16), 0.0
-    zs = agent.encoder_next.zs(runs.obs)
+    zs = agent.encoder_trained.zs(runs.obs)
     for i in range(3):  # the reward head's one output, squared error, masked after a termination
-        _, zs, reward = agent.encoder_next.predict(zs, agent.box.to_unit(runs.action[:, i]))
+        _, zs, reward = agent.encoder_trained.predict(zs, agent.box.to_unit(runs.action[:, i]))
         expected += np.mean((reward.numpy()[:, 0] - runs.reward.numpy()[:, i]) ** 2 * alive)
         alive = alive * (1 - runs.terminated.numpy()[:, i])
-    _, parts = agent.encoder_update(runs, inputs.terminates)
-    np.testing.assert_allclose(parts["reward"], expected, rtol=1e-5)
+    np.testing.assert_allclose(agent.encoder_update(runs, inputs.terminates)["reward_loss"], expected, rtol=1e-5)
     value = MRQNetworks(**TINY_NET, linear_value=True).value("v")
     zsa = np.random.default_rng(7).normal(size=(4, TINY_NET["zsa_dim"])).astype(np.float32)
     expected = [zsa @ value.get_layer(f"v_q{k}_value").kernel.numpy() + value.get_layer(f"v_q{k}_value").bias.numpy()
@@ -461,8 +540,8 @@ def test_resume_is_bit_exact_and_evaluate_exports_the_policy(tmp_path):
     from helpers import evaluate, extended_run_ends_as_the_whole
 
     (whole, _), weights = extended_run_ends_as_the_whole(lambda d, *o: _train(d, "env=pendulum", *o), tmp_path, 400)
-    parts = {k.split("/")[0] for k in weights}  # the trained copy's weights are kept under its optimizer's
-    assert {"encoder_zs", "encoder_target_zs", "encoder_optimizer", "value_target", "reward_scale",
+    parts = {k.split("/")[0] for k in weights}  # the trained encoder's weights are kept under its optimizer's
+    assert {"encoder_target_zs", "encoder_optimizer", "value_target", "reward_scale",
             "target_reward_scale", "tf_rng"} <= parts
     proc = evaluate(f"run_dir={whole}", "episodes=1", "export=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -470,11 +549,12 @@ def test_resume_is_bit_exact_and_evaluate_exports_the_policy(tmp_path):
     assert exported(np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)).numpy().shape == (4, 1)
 
 
-def test_bfloat16_update_precision_reaches_every_matmul_of_mrqs_update(kernel_dtypes):
+@pytest.mark.parametrize("schedule", ["author", "fused"])
+def test_bfloat16_update_precision_reaches_every_matmul_of_mrqs_update(schedule, kernel_dtypes):
     """speed.update_precision=bfloat16 for MR.Q as for the other agents: every matmul of the update
-    (encoder, model, value, policy, targets; discrete actions build the same layers) in bfloat16 and
-    none with the default, the losses close to float32's without being them, the weights float32,
-    acting the float32 forward pass."""
+    and of the encoder's block (encoder, model, value, policy, targets; discrete actions build the
+    same layers) in bfloat16 and none with the default, the losses close to float32's without being
+    them, the weights float32, acting the float32 forward pass."""
     import keras
 
     from helpers import compiled
@@ -482,12 +562,22 @@ def test_bfloat16_update_precision_reaches_every_matmul_of_mrqs_update(kernel_dt
     learners = []
     for precision in ("float32", "bfloat16"):
         keras.utils.set_random_seed(0)
-        learners.append(compiled(mrq(), update_precision=precision))
+        learners.append(compiled(mrq(encoder_schedule=schedule), update_precision=precision))
     f32, bf16 = learners
     assert same(weights(f32.agent.value), weights(bf16.agent.value))
-    assert kernel_dtypes(f32.update_graph()) == {tf.float32}
-    assert kernel_dtypes(bf16.update_graph()) == {tf.bfloat16}
-    m32, m16 = (learner.update(runs_batch(np.random.default_rng(3), learner.agent, 2.0)) for learner in learners)
+    graphs = lambda learner: [learner.update_graph()] + ([learner.block_graph()] if learner.block else [])  # noqa: E731
+    assert len(graphs(f32)) == 1 + (schedule == "author")
+    assert all(kernel_dtypes(g) == {tf.float32} for g in graphs(f32))
+    assert all(kernel_dtypes(g) == {tf.bfloat16} for g in graphs(bf16))
+
+    def update(learner):
+        rng = np.random.default_rng(3)
+        if learner.block is None:
+            return learner.update(runs_batch(rng, learner.agent, 2.0))
+        learner.run_block(runs_draws(rng, learner.agent, 1), start=True)
+        return learner.update(scaled_batch(rng, learner.agent, 2.0))
+
+    m32, m16 = (update(learner) for learner in learners)
     for key in ("encoder_loss", "value_loss", "policy_loss"):
         np.testing.assert_allclose(m16[key], m32[key], rtol=0.05, atol=1e-3, err_msg=key)
     assert not np.allclose(m16["value_loss"], m32["value_loss"], rtol=1e-6, atol=0)  # bfloat16 did run

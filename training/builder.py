@@ -234,7 +234,8 @@ def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
         # The driver acts from inside its numpy_function, which holds one of TF's inter-op threads: a
         # network that acts through TF (a dueling head) would wait there, for ever with one such thread.
         speed = replace(speed, steps_per_call=0)
-    buffer = build_buffer(cfg, obs_space, action_space, rng) if with_buffer else None
+    buffer = (build_buffer(cfg, obs_space, action_space, rng, learner.replay.mask_horizon) if with_buffer
+              else None)
     settings = loop_settings(cfg, speed, learner.agent.needs)
     check_fit(settings, learner.agent.needs, buffer)
     driver = GraphDriver(learner) if speed.steps_per_call > 0 and speed.fuse_updates else None

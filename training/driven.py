@@ -99,7 +99,7 @@ class GraphDriver:
         if self._td_pending:
             batches = self.learner.prepare(batches)
             self._updates += count(batches)
-            self._host_metrics = self.learner.agent.host_metrics()  # as of these updates, as `update` has them
+            self._host_metrics = self.learner.extra_metrics()  # as of these updates, as `update` has them
         else:
             batches = self._no_batches
         return (*flatten(batches), np.bool_(more))

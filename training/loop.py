@@ -68,6 +68,7 @@ class LoopState:
     evals: list = field(default_factory=list)  # (step, return_mean) of every evaluation
     policy_acts: bool = False  # training at episode ends: the first episode end past learning_starts is behind
     assessment: tuple = ()  # the policy checkpoints' Assessment (empty: its start)
+    blocks: int = 0  # blocks of the agent's (`Needs.block`) run so far
 
 
 @dataclass
@@ -165,6 +166,25 @@ def train(
         st.updates += n
         return n
 
+    block = learner.block
+
+    def block_due() -> bool:
+        """Whether the agent's block comes before the next update (its every-th, the first included)."""
+        return block is not None and st.blocks <= (st.updates - st.pending) // block.every
+
+    def run_block() -> None:
+        """The agent's block: its draws from the buffer as it is now, as many per call as fit."""
+        for i, k in enumerate(learner.block_chunks(s.batch_size)):
+            learner.run_block(block.replay.draw(buffer, s.batch_size, k), start=i == 0)
+        st.blocks += 1
+
+    def before_block(k: int) -> int:
+        """k updates capped at those before the next block."""
+        if block is None:
+            return k
+        done = st.updates - st.pending
+        return min(k, (done // block.every + 1) * block.every - done)
+
     def event_due() -> bool:
         """Whether the loop has to act between steps now: an evaluation, a log record, a
         checkpoint, the end of the run or a stop request. A driven call returns for these."""
@@ -183,7 +203,9 @@ def train(
             more = not event_due() and st.step - call_start < s.steps_per_call
             if not st.pending and not more:
                 return None, False
-        k = st.pending if buffer.draws_together else 1
+        if block_due():  # the call ends; the loop runs the block and calls again
+            return None, False
+        k = before_block(st.pending if buffer.draws_together else 1)
         st.pending -= k
         return learner.replay.draw(buffer, s.batch_size, k), more or (st.pending > 0 and not stop_in_phase())
 
@@ -196,13 +218,15 @@ def train(
     # must come back between them (prioritized replay: one batch per call)
     fused = s.fuse_updates and buffer.draws_together
     stopped = False
-    while st.step < s.total_steps:
+    while st.step < s.total_steps or st.pending:  # pending at the end: a driven call ended for a block
         if st.step >= st.next_eval and not st.pending:  # after the phase a stop cut short, as without the stop
             st.next_eval += s.eval_every
             run_eval()
 
         if driver is not None and s.steps_per_call > 0 and s.fuse_updates and st.step >= s.learning_starts:
             # many steps and their updates in one call into the compiled graph
+            if st.pending and block_due():
+                run_block()
             call_start = st.step
             # the source's `more`: whether the call goes on past the updates due (a phase a stop cut
             # short: its updates, then the event due)
@@ -216,7 +240,9 @@ def train(
             if not st.pending:
                 st.pending = env_step()
             while st.pending:
-                k = st.pending if fused else 1
+                if block_due():
+                    run_block()
+                k = before_block(st.pending if fused else 1)
                 metrics = learner.update(learner.replay.draw(buffer, s.batch_size, k))
                 buffer.update_priorities(metrics.get("td_error"))
                 st.pending -= k

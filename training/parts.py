@@ -44,10 +44,13 @@ def instantiate_checked(node: DictConfig, what: str, **kwargs):
         raise ConfigError(f"cannot build {what}: {err.__cause__}") from err
 
 
-def build_buffer(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, rng: np.random.Generator) -> Buffer:
-    """The replay buffer of the config, sized for these spaces (preallocated, its pages untouched)."""
+def build_buffer(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space, rng: np.random.Generator,
+                 mask_horizon: int = 0) -> Buffer:
+    """The replay buffer of the config, sized for these spaces (preallocated, its pages untouched);
+    `buffer.mask_horizon=auto` becomes `mask_horizon`, what the agent's replay declares."""
     discrete = isinstance(action_space, gym.spaces.Discrete)
     check_settings(cfg.buffer, "buffer")
+    auto = {"mask_horizon": mask_horizon} if cfg.buffer.get("mask_horizon") == "auto" else {}
     buffer = instantiate_checked(
         cfg.buffer,
         cfg.buffer._target_,
@@ -57,6 +60,7 @@ def build_buffer(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space,
         rng=rng,
         obs_dtype=obs_space.dtype,
         frame_stack=frame_stack(cfg),
+        **auto,
     )
     try:
         buffer.check_envs(int(cfg.num_envs))
