@@ -47,6 +47,7 @@ ATARI = ("tests/test_pixels.py", "-k", "atari and not dqn_on_pixels")
 PIXELS = ("tests/test_pixels.py", "-k", "shift or frame_stack or mrqs_inputs")
 DMC = ("tests/test_dmc.py", "-k", "not continuous_agents and not renumbered")
 MRQ = ("tests/test_mrq.py", "-k", "not resume")
+MRQ_REPLAY = ("tests/test_mrq_replay.py", "tests/test_mrq.py", "-k", "not resume")
 DQN = ("tests/test_dqn.py", "tests/test_dqn_features.py")
 CONFIG = ("tests/test_config.py::test_mrq_replays_as_its_authors_lap_and_td7_resets_the_largest_priority",)
 ADAM = ("tests/test_agents.py", "-k", "adam")
@@ -88,8 +89,22 @@ MUTATIONS = (
              "self._abs_reward_sum / self.capacity", BUFFERS),
     Mutation("Q23", "terminations added after keep_reward_stats not tracked", U,
              "self._terminated = self._terminated or bool(np.any(terminated))", "pass", BUFFERS),
-    Mutation("Q36", "MR.Q's draws carry reward scale 1, not the buffer's", RP, "np.full(k, buffer.mean_abs_reward(),",
-             "np.full(k, 1.0,", BUFFERS),
+    Mutation("Q36", "MR.Q's draws carry reward scale 1, not the buffer's", RP,
+             "return RunsBatch(batch, _draw_runs(buffer, batch_size, k, self.horizon),\n                         "
+             "np.full(k, buffer.mean_abs_reward(),", "return RunsBatch(batch, _draw_runs(buffer, batch_size, k, "
+             "self.horizon),\n                         np.full(k, 1.0,", BUFFERS),
+    Mutation("Q44", "the author's schedule's draws carry reward scale 1", RP,
+             "ScaledBatch(buffer.sample_batches(batch_size, k), np.full(k, buffer.mean_abs_reward(),",
+             "ScaledBatch(buffer.sample_batches(batch_size, k), np.full(k, 1.0,", MRQ_REPLAY),
+    Mutation("Q45", "the mask opens the row H - 1 steps back", "buffers/mask.py", "opened = [idx[steps > h] - h * n]",
+             "opened = [idx[steps >= h] - (h - 1) * n]", MRQ_REPLAY),
+    Mutation("Q46", "the mask opens a truncated episode's tail", "buffers/mask.py", "np.flatnonzero(terminated)]",
+             "np.flatnonzero(terminated | truncated)]", MRQ_REPLAY),
+    Mutation("Q47", "a shut row opens with the largest priority at its opening", P,
+             "self._priority[idx] = self._max_priority**self.alpha\n",
+             "self._priority[:] = self._max_priority**self.alpha\n", MRQ_REPLAY),
+    Mutation("Q48", "batches stratified whatever buffer.stratified says", P, "        if self.stratified:\n",
+             "        if True:\n", MRQ_REPLAY),
     Mutation("A1", "Atari rewards not clipped", ATR, "return float(np.sign(reward))", "return float(reward)", ATARI),
     Mutation("A2", "Atari: no no-op starts", ATR, "noop_max=int(noop_max)", "noop_max=0", ATARI),
     Mutation("A3", "Atari: sticky actions never reach the ALE", ATR, "repeat_action_probability=float(sticky_action_prob)",
@@ -124,10 +139,24 @@ MUTATIONS = (
              "        return batch._replace(obs=both[..., :c], next_obs=both[..., c:])", PIXELS),
     Mutation("Q7", "MR.Q's done term weighed before any termination", MQ, "self.done_weight * terminates,",
              "self.done_weight,", MRQ),
-    Mutation("Q9", "dynamics targets from the target encoder", MQ, "stop_gradient(next_embedding(self.encoder))",
-             "stop_gradient(next_embedding(self.encoder_target))", MRQ),
-    Mutation("Q9b", "dynamics targets from the trained copy, gradients stopped", MQ,
-             "stop_gradient(next_embedding(self.encoder))", "stop_gradient(next_embedding(self.encoder_next))", MRQ),
+    Mutation("Q9", "fused: dynamics targets from the target encoder", MQ,
+             "self.encoder_target if self.blocks else self.encoder))", "self.encoder_target))", MRQ),
+    Mutation("Q9b", "fused: dynamics targets from the trained copy, gradients stopped", MQ,
+             "self.encoder_target if self.blocks else self.encoder))", "self.encoder_target if self.blocks else "
+             "self.encoder_next))", MRQ),
+    Mutation("Q9c", "author's schedule: dynamics targets from the trained encoder, gradients stopped", MQ,
+             "self.encoder_target if self.blocks else self.encoder))", "self.encoder))", MRQ),
+    Mutation("Q40", "author's schedule: a block does not copy the encoder target first", MQ,
+             "        _copy(self.encoder_target, self.encoder)\n        return tf.constant(True)",
+             "        return tf.constant(True)", MRQ),
+    Mutation("Q41", "author's schedule: the update copies the encoder target again", MQ,
+             "        if not self.blocks:\n            pairs.append((self.encoder_target, self.encoder))",
+             "        pairs.append((self.encoder_target, self.encoder))", MRQ),
+    Mutation("Q42", "author's schedule: blocks one update late", "training/loop.py",
+             "st.blocks <= (st.updates - st.pending) // block.every", "st.blocks < (st.updates - st.pending) // block.every",
+             MRQ),
+    Mutation("Q43", "author's schedule: a driven call runs on past a block due", "training/loop.py",
+             "        if block_due():  # the call ends", "        if False:  # the call ends", MRQ),
     Mutation("Q11", "target copies one update late", MQ, "(self.updates - 1) % self.target_update_every",
              "self.updates % self.target_update_every", MRQ),
     Mutation("Q12", "LAP's td_error the mean of the heads' errors", MQ, '"td_error": tf.reduce_max(',

@@ -256,7 +256,7 @@ def test_a_termination_added_after_the_statistics_are_kept_is_counted():
 def test_mrq_draws_carry_the_buffers_reward_scale_and_termination_flag(terminal):
     """Each of the K updates a draw feeds gets the buffer's mean absolute reward and whether it holds
     a termination: rewards 0..5 (env 0) and 10..15 (env 1), |r| averaging (15 + 75) / 12 = 7.5."""
-    from agents.replay import TransitionsAndRuns
+    from agents.replay import Runs, ScaledTransitions, TransitionsAndRuns
 
     buf = UniformReplay(64, 1, 1, 0.9, np.random.default_rng(0), n_step=2)
     if terminal:
@@ -269,3 +269,8 @@ def test_mrq_draws_carry_the_buffers_reward_scale_and_termination_flag(terminal)
     np.testing.assert_array_equal(drawn.reward_scale, [7.5, 7.5])
     np.testing.assert_array_equal(drawn.terminates, [float(terminal)] * 2)
     assert drawn.runs.reward.shape == (2, 4, 3) and drawn.batch.reward.shape == (2, 4)
+    # the author's encoder schedule: the scale with each update's transitions, the flag with each block's runs
+    scaled, runs = ScaledTransitions(horizon=3, n_step=2).draw(buf, 4, 2), Runs(horizon=3).draw(buf, 4, 2)
+    np.testing.assert_array_equal(scaled.reward_scale, [7.5, 7.5])
+    np.testing.assert_array_equal(runs.terminates, [float(terminal)] * 2)
+    assert runs.runs.reward.shape == (2, 4, 3) and scaled.batch.reward.shape == (2, 4)
