@@ -95,7 +95,7 @@ MUTATIONS = (
              "self.horizon),\n                         np.full(k, 1.0,", BUFFERS),
     Mutation("Q44", "the author's schedule's draws carry reward scale 1", RP,
              "ScaledBatch(buffer.sample_batches(batch_size, k), np.full(k, buffer.mean_abs_reward(),",
-             "ScaledBatch(buffer.sample_batches(batch_size, k), np.full(k, 1.0,", MRQ_REPLAY),
+             "ScaledBatch(buffer.sample_batches(batch_size, k), np.full(k, 1.0,", BUFFERS),
     Mutation("Q45", "the mask opens the row H - 1 steps back", "buffers/mask.py", "opened = [idx[steps > h] - h * n]",
              "opened = [idx[steps >= h] - (h - 1) * n]", MRQ_REPLAY),
     Mutation("Q46", "the mask opens a truncated episode's tail", "buffers/mask.py", "np.flatnonzero(terminated)]",
