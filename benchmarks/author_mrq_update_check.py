@@ -16,8 +16,8 @@ encoder; `Q_horizon`-step returns, by the author's `multi_step_reward`, for valu
 noise of each value update's target policy, and its state and outputs after each update. tfrl's
 MR.Q (agent=mrq, network=mrq) is set to that state and runs the same updates eagerly:
 
-- the encoder: `MRQ.encoder_update` on the trained copy (`encoder_next`, the author's `encoder`)
-  with the encoder in use (the author's `encoder_target`) embedding the next states;
+- the encoder: `MRQ.encoder_update` in the author's schedule (the default), the encoder trained the
+  author's `encoder`, its target the author's `encoder_target` embedding the next states;
 - value then policy: `MRQ.value_update` and `MRQ.policy_update`, the encoder in use the author's
   `encoder` and the target encoder its `encoder_target`, with the author's reward scales.
 
@@ -214,16 +214,16 @@ def tfrl_side(data: dict, batches: int) -> tuple[list[dict], list[dict]]:
     agent._tf_rng = Queued()
     agent.reward_scale.assign(float(data["reward_scale"]))
     agent.target_reward_scale.assign(float(data["target_reward_scale"]))
-    # tfrl's networks under the author's modules: for value and policy the author's `encoder` is the
-    # encoder in use; for the encoder's update it is the trained copy, and its `encoder_target` the one in use
+    # tfrl's networks under the author's modules (its encoder schedule, the default: the encoder in use
+    # is the one trained, against the encoder target)
     trained = [(layer_pairs(agent.value, LAYERS["value"]), "value", agent.value_optimizer),
                (layer_pairs(agent.policy_net, LAYERS["policy"]), "policy", agent.policy_optimizer)]
     rl = trained + [(layer_pairs(agent.value_target, LAYERS["value"]), "value_target", None),
                     (layer_pairs(agent.policy_target, LAYERS["policy"]), "policy_target", None),
                     (encoder_pairs(agent.encoder, pixels), "encoder", None),
                     (encoder_pairs(agent.encoder_target, pixels), "encoder_target", None)]
-    enc = [(encoder_pairs(agent.encoder_next, pixels), "encoder", agent.encoder_optimizer),
-           (encoder_pairs(agent.encoder, pixels), "encoder_target", None)]
+    enc = [(encoder_pairs(agent.encoder, pixels), "encoder", agent.encoder_optimizer),
+           (encoder_pairs(agent.encoder_target, pixels), "encoder_target", None)]
     ours, floor = [], []
     for k in range(batches):
         before = sub(data, "start" if k == 0 else f"author/rl/{k - 1}")

@@ -128,7 +128,10 @@ class MRQNetworks:
             h, w, c = image_shape(obs_shape)
             if min(h, w) < (side := smallest_image(CONVS)):
                 raise ValueError(f"MR.Q's image encoder (3x3 convolutions at strides 2, 2, 2, 1) needs images of at "
-                                 f"least {side}x{side} pixels, got {h}x{w}; render larger images (env.kwargs.image_size).")
+                                 f"least {side}x{side} pixels, got {h}x{w}. Render larger images where the env "
+                                 f"sets their size (env=dmc: env.kwargs.image_size; env=atari: env.kwargs.screen_size); "
+                                 f"MinAtar's frames are 10x10 by design, and MR.Q's author does not run it: train "
+                                 f"env=minatar with agent=dqn (network=minatar_cnn).")
             obs = keras.Input((h, w, c), dtype="uint8", name=f"{name}_obs")
             x = keras.layers.Rescaling(1.0 / 255.0, offset=-0.5, name=f"{name}_scale")(obs)
             for i, (filters, stride) in enumerate(CONVS):

@@ -615,3 +615,12 @@ def test_the_image_encoder_takes_the_smallest_image_it_leaves_a_pixel_of():
     assert MRQNetworks(**TINY_NET).state_encoder((31, 40, 3), "enc").output.shape[-1] == TINY_NET["zs_dim"]
     with pytest.raises(ValueError, match="needs images of at least 31x31 pixels, got 30x40"):
         MRQNetworks(**TINY_NET).state_encoder((30, 40, 3), "enc")
+
+
+def test_mrq_on_minatar_and_an_unknown_schedule_say_what_works(cli, tmp_path):
+    """MinAtar's 10x10 frames: no image size to raise there, so the message names what trains it;
+    an encoder schedule that does not exist: the two that do. Both exit 2 before training."""
+    minatar = cli.train(tmp_path / "a", "agent=mrq", "env=minatar", "total_steps=20000")
+    assert minatar.returncode == 2 and "got 10x10" in minatar.stderr and "agent=dqn (network=minatar_cnn)" in minatar.stderr
+    schedule = cli.train(tmp_path / "b", "agent=mrq", "env=pendulum", "agent.encoder_schedule=authors")
+    assert schedule.returncode == 2 and "encoder_schedule must be one of author, fused" in schedule.stderr
