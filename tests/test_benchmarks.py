@@ -424,3 +424,26 @@ def test_update_checks_set_keras_layers_from_pytorch_parameters_in_pytorchs_mean
     np.testing.assert_allclose(model(x.transpose(1, 2, 0)[None]).numpy()[0], expected, rtol=1e-5, atol=1e-5)
     for key, value in keras_weights(targets).items():
         np.testing.assert_array_equal(value, params[key])
+
+
+def test_the_mrq_chained_checks_author_conventions_by_hand():
+    """author_mrq_chained_check.py's adapters of the two documented departures, on 5 steps whose
+    second terminates: the author's rows are 0, 1, its final-observation row, 2, 3, 4. Its 3-step
+    sum weighs each reward by its own not-done flag across that row (from step 1: the terminal
+    reward dropped, gamma^2 times the next episode's first added), and its reward scale counts that
+    row in its size once a later add is in."""
+    from benchmarks.author_mrq_chained_check import GAMMA, AuthorConventions, author_rows
+    from buffers.uniform import UniformReplay
+
+    stream = {"reward": np.array([1.0, 2.0, 3.0, 4.0, 5.0], np.float32), "terminated": np.array([0, 1, 0, 0, 0], bool),
+              "truncated": np.zeros(5, bool), "next_obs": np.arange(5, dtype=np.float32)[:, None] + 0.5}
+    np.testing.assert_array_equal(author_rows(stream["terminated"]), [0, 1, -1, 2, 3, 4])
+    buf = UniformReplay(10, 1, 1, GAMMA, np.random.default_rng(0), n_step=3)
+    for t in range(3):
+        buf.add([[t]], [[0.0]], stream["reward"][t:t + 1], [[t + 0.5]], stream["terminated"][t:t + 1], [False])
+    conventions = AuthorConventions(buf, stream)
+    reward, next_obs, discount = conventions.n_step_return(np.array([0, 1, 2]))
+    np.testing.assert_allclose(reward, [1.0, GAMMA ** 2 * 3.0, 3.0 + GAMMA * 4.0 + GAMMA ** 2 * 5.0], rtol=1e-6)
+    np.testing.assert_allclose(discount, [0.0, 0.0, GAMMA ** 3], rtol=1e-6)
+    assert next_obs[2, 0] == 4.5
+    assert conventions.mean_abs_reward() == pytest.approx((1 + 2 + 3) / (3 + 1))
