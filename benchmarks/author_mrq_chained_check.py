@@ -34,6 +34,7 @@ import argparse
 import os
 import sys
 import tempfile
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -41,45 +42,76 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.author_mrq_update_check import LAYERS, encoder_pairs  # noqa: E402
-from benchmarks.update_check import (REFERENCE_PYTHON, keras_weights, layer_pairs, relative, set_state,  # noqa: E402
-                                     torch_state)
+from benchmarks.update_check import REFERENCE_PYTHON, layer_pairs, relative, set_state, torch_state  # noqa: E402
 
-TASKS = {"walker": ("DMC-v1", {"domain": "walker", "task": "walk", "pixels": False, "action_repeat": 2, "image_size": 84}),
-         "cheetah": ("DMC-v1", {"domain": "cheetah", "task": "run", "pixels": False, "action_repeat": 2, "image_size": 84}),
-         "hopper": ("Hopper-v5", {})}
+# each task's env as `agent=mrq` composes it (its preset included)
+TASKS = {"walker": ["env=dmc", "env.domain=walker", "env.task=walk"], "cheetah": ["env=dmc", "env.domain=cheetah", "env.task=run"],
+         "hopper": ["env=hopper"], "breakout": ["env=atari", "env.game=Breakout"]}
+HISTORY = 4  # the frames of an Atari observation
 MODULES = ("encoder", "encoder_target", "policy", "policy_target", "value", "value_target")
-SNAPSHOT = ("encoder", "encoder_target", "value", "policy")  # the targets of value and policy are earlier snapshots
+# what each network computes on a fixed probe (the stream's first batch): compared as its change since the start
+OUTPUTS = ("zs", "zsa", "model", "Q", "policy", "target zs")
 PLANTS = ("copy_late", "stale_scale", "no_swap")
 ROUNDING = 1e-4
-GAMMA, Q_HORIZON, BATCH = 0.99, 3, 256
+GAMMA, Q_HORIZON = 0.99, 3
 
 
-def reported(updates: int) -> list[int]:
-    return sorted({1, 2, 250, 251, 252, updates} & set(range(1, updates + 1)))
+@dataclass(frozen=True)
+class Chain:
+    """What both sides run: `updates` updates from the add that holds `learning_starts` rows on,
+    batches of `batch` and a target copy every `every` updates (the author's 256 and 250)."""
+
+    updates: int = 500
+    learning_starts: int = 1000
+    seed: int = 0
+    batch: int = 256
+    every: int = 250
+
+    def reported(self) -> list[int]:
+        """The updates whose state is compared: the first two, each side of the second copy, the last."""
+        e = self.every
+        return sorted({1, 2, e, e + 1, e + 2, self.updates} & set(range(1, self.updates + 1)))
+
+    def windows(self) -> list[tuple[int, int]]:
+        e, n = self.every, self.updates
+        return [(a, min(b, n)) for a, b in ((1, 1), (2, 2), (3, e), (e + 1, e + 1), (e + 2, n)) if a <= min(b, n)]
 
 
 # --- the stream (tfrl's venv) ----------------------------------------------------------------------
-def make_stream(task: str, steps: int, seed: int) -> dict[str, np.ndarray]:
-    from envs.factory import make_env
+def task_config(task: str, capacity: int = 1_000_000):
+    from training.config import compose_config
 
-    env_id, kwargs = TASKS[task]
-    env = make_env(env_id, seed=seed, kwargs=kwargs)
+    return compose_config(["agent=mrq", *TASKS[task], f"buffer.capacity={capacity}"])
+
+
+def make_stream(task: str, steps: int, seed: int) -> dict[str, np.ndarray]:
+    """Uniform random actions on the task's env as train.py makes it (frames stacked on Atari)."""
+    import gymnasium as gym
+
+    from envs.factory import make_env
+    from training.config import frame_stack
+
+    cfg = task_config(task)
+    env = make_env(cfg.env.id, seed=seed, max_episode_steps=cfg.env.max_episode_steps, kwargs=cfg.env.kwargs,
+                   frame_stack=frame_stack(cfg))
     rng = np.random.default_rng(seed)
-    low, high = env.action_space.low, env.action_space.high
+    discrete = isinstance(env.action_space, gym.spaces.Discrete)
     out = {k: [] for k in ("obs", "action", "reward", "next_obs", "terminated", "truncated")}
     obs, _ = env.reset(seed=seed)
     for _ in range(steps):
-        action = rng.uniform(low, high).astype(np.float32)
+        action = rng.integers(env.action_space.n) if discrete else rng.uniform(env.action_space.low, env.action_space.high)
         next_obs, reward, terminated, truncated, _ = env.step(action)
         for key, value in zip(out, (obs, action, reward, next_obs, terminated, truncated)):
             out[key].append(value)
         obs = env.reset()[0] if terminated or truncated else next_obs
     env.close()
-    return {k: np.asarray(v, np.float32 if k not in ("terminated", "truncated") else bool) for k, v in out.items()}
+    dtypes = {"action": np.int64 if discrete else np.float32, "reward": np.float32, "terminated": bool, "truncated": bool}
+    return {k: np.asarray(v, dtypes.get(k)) for k, v in out.items()} | {
+        "num_actions": np.int64(env.action_space.n if discrete else 0)}
 
 
 # --- the author's side (SB3's venv) ------------------------------------------------------------------
-def author_chain(stream: dict, updates: int, learning_starts: int, seed: int, replay: list | None, rng) -> dict:
+def author_chain(stream: dict, chain: Chain, replay: dict | None, rng) -> dict:
     """The author's agent fed the stream, `train()` after every add, until `updates` updates: its
     draws recorded (or, with `replay`, the recorded draws handed out again with each batch's rows
     permuted by `rng`), per update its errors and priorities, at the reported updates its state."""
@@ -92,13 +124,33 @@ def author_chain(stream: dict, updates: int, learning_starts: int, seed: int, re
 
     MRQ, _ = author_mrq()
     torch.set_num_threads(1)
-    dim = stream["action"].shape[1]
-    spaces = types.SimpleNamespace(observation_space=gym.spaces.Box(-np.inf, np.inf, stream["obs"].shape[1:]),
-                                   action_space=gym.spaces.Box(-1.0, 1.0, (dim,)))
-    agent = author_agent(MRQ, spaces, seed, learning_starts)
+    n, pixels = int(stream.get("num_actions", 0)), stream["obs"].ndim == 4
+    states = (lambda x: np.moveaxis(x, -1, 0)) if pixels else (lambda x: x)  # the author's frames are (C, H, W)
+    action_space = gym.spaces.Discrete(n) if n else gym.spaces.Box(-1.0, 1.0, stream["action"].shape[1:])
+    spaces = types.SimpleNamespace(observation_space=gym.spaces.Box(0, 255, states(stream["obs"][0]).shape, np.uint8)
+                                   if pixels else gym.spaces.Box(-np.inf, np.inf, stream["obs"].shape[1:]),
+                                   action_space=action_space)
+    agent = author_agent(MRQ, spaces, chain.seed, chain.learning_starts, history=HISTORY if pixels else 1)
+    agent.batch_size = agent.replay_buffer.batch_size = chain.batch
+    agent.target_update_freq = chain.every
+    agent.pixel_augs = False  # the random shift is checked on the same offsets by author_shift_check.py
     buf, out = agent.replay_buffer, {"draws": [], "noise": [], "td": [], "q": [], "target": [], "priority": [],
-                                     "q_scale": [], "target_scale": []}
+                                     "q_scale": [], "target_scale": [], "exponential": []}
     start = torch_state(agent, MODULES, {})
+    probe_obs = torch.as_tensor(np.stack([states(o) for o in stream["obs"][:chain.batch]])).float()
+    probe_action = (torch.nn.functional.one_hot(torch.as_tensor(stream["action"][:chain.batch]), n).float() if n
+                    else torch.as_tensor(stream["action"][:chain.batch]))
+
+    def outputs() -> dict[str, np.ndarray]:
+        with torch.no_grad():
+            zs = agent.encoder.zs(probe_obs)
+            zsa = agent.encoder(zs, probe_action)
+            done, next_zs, reward = agent.encoder.model_all(zs, probe_action)
+            values = (zs, zsa, torch.cat([done, next_zs, reward], 1), agent.value(zsa), agent.policy(zs)[1],
+                      agent.encoder_target.zs(probe_obs))
+        return {key: v.numpy().copy() for key, v in zip(OUTPUTS, values)}
+
+    out.update({f"at0/{key}": v for key, v in outputs().items()})
     real_sample_ind, real_randn, real_train_rl = buf.sample_ind, torch.randn_like, agent.train_rl
     perms: list[np.ndarray] = []
 
@@ -132,10 +184,23 @@ def author_chain(stream: dict, updates: int, learning_starts: int, seed: int, re
         out["target_scale"].append(np.abs(target_).mean())
         return q, target
 
+    real_exponential = torch.Tensor.exponential_
+
+    def exponential_(x, *args, **kw):  # the Gumbel-softmax's draws: the target policy's, then the policy's
+        if replay is None:
+            real_exponential(x, *args, **kw)
+            out["exponential"].append(x.numpy().copy())
+            return x
+        drawn = replay["exponential"][len(out["exponential"])][perms[-1]]
+        out["exponential"].append(drawn)
+        return x.copy_(torch.as_tensor(drawn))
+
     buf.sample_ind, agent.train_rl, torch.randn_like = sample_ind, train_rl, randn_like
+    torch.Tensor.exponential_ = exponential_
     try:
         for t in range(len(stream["reward"])):
-            buf.add(stream["obs"][t], stream["action"][t], stream["next_obs"][t], float(stream["reward"][t]),
+            action = int(stream["action"][t]) if n else stream["action"][t]  # the author one-hot encodes ints
+            buf.add(states(stream["obs"][t]), action, states(stream["next_obs"][t]), float(stream["reward"][t]),
                     bool(stream["terminated"][t]), bool(stream["truncated"][t]))
             before = agent.training_steps
             agent.train()
@@ -146,29 +211,31 @@ def author_chain(stream: dict, updates: int, learning_starts: int, seed: int, re
                 out["first_add"] = np.int64(t)
             rows = buf.sampled_ind if replay is None else buf.sampled_ind[np.argsort(perms[-1])]
             out["priority"].append(buf.priority[rows].numpy().copy())
-            if k in reported(updates):
-                out.update({f"at{k}/{key}": v for key, v in torch_state(agent, SNAPSHOT, {}).items()})
+            if k in chain.reported():
+                out.update({f"at{k}/{key}": v for key, v in outputs().items()})
                 out[f"at{k}/scales"] = np.float32([agent.reward_scale, agent.target_reward_scale])
-            if k == updates:
+            if k == chain.updates:
                 break
     finally:
-        torch.randn_like = real_randn
+        torch.randn_like, torch.Tensor.exponential_ = real_randn, real_exponential
     out.update({f"start/{key}": v for key, v in start.items()})
     return out
 
 
-def author_side(path: str, stream_path: str, updates: int, learning_starts: int, seed: int) -> None:
+def author_side(path: str, stream_path: str, chain: Chain) -> None:
     stream = dict(np.load(stream_path))
-    first = author_chain(stream, updates, learning_starts, seed, None, None)
-    floor = author_chain(stream, updates, learning_starts, seed, first, np.random.default_rng(seed + 1))
+    first = author_chain(stream, chain, None, None)
+    floor = author_chain(stream, chain, first, np.random.default_rng(chain.seed + 1))
     data = {}
     for prefix, chain in (("author", first), ("reordered", floor)):
         for key, value in chain.items():
             if key == "draws":
                 data[f"{prefix}/draw_sizes"] = np.array([len(d) for d in value])
                 data[f"{prefix}/draws"] = np.concatenate(value)
-            else:
-                data[f"{prefix}/{key}"] = np.stack(value) if isinstance(value, list) else value
+            elif not isinstance(value, list):
+                data[f"{prefix}/{key}"] = value
+            elif value:  # the Gumbel draws: discrete actions only
+                data[f"{prefix}/{key}"] = np.stack(value)
     np.savez(path, **data)
 
 
@@ -207,8 +274,7 @@ class AuthorConventions:
                     discount[i] *= not_done
                     last[i], final, r = r, bool(self.ended[r]), r + 1
                 scale *= GAMMA
-        return (reward.astype(np.float32), self.next_obs[last].astype(np.float32),
-                (discount * GAMMA ** Q_HORIZON).astype(np.float32))
+        return (reward.astype(np.float32), self.next_obs[last], (discount * GAMMA ** Q_HORIZON).astype(np.float32))
 
     def mean_abs_reward(self, eps: float = 1e-8) -> float:
         n = len(self.buffer)  # the author's size: its rows and the final-observation rows before the newest add
@@ -219,45 +285,57 @@ class GraphQueue:
     """The agent's tf.random.Generator replaced by the author's recorded normal draws, handed out in
     order from inside the compiled update (a host call per draw)."""
 
-    def __init__(self, draws: list[np.ndarray]):
-        self.draws = list(draws)
+    def __init__(self, draws: list[np.ndarray], exponentials: list[np.ndarray]):
+        # the author's exponential draws e of the Gumbel-softmax as the uniforms u = exp(-e) tfrl's takes
+        self.draws, self.uniforms = list(draws), [np.exp(-e.astype(np.float64)).astype(np.float32) for e in exponentials]
 
-    def normal(self, shape):
+    @staticmethod
+    def _pop(queue):
         import tensorflow as tf
 
-        out = tf.numpy_function(lambda: self.draws.pop(0), [], tf.float32, stateful=True)
-        return tf.ensure_shape(out, [None, None])
+        return tf.ensure_shape(tf.numpy_function(lambda: queue.pop(0), [], tf.float32, stateful=True), [None, None])
+
+    def normal(self, shape):
+        return self._pop(self.draws)
+
+    def uniform(self, shape, minval=0.0, maxval=1.0):
+        return self._pop(self.uniforms)
 
 
-def tfrl_chain(stream: dict, author: dict, updates: int, plant: str | None) -> dict:
+def tfrl_chain(task: str, stream: dict, author: dict, chain: Chain, plant: str | None) -> dict:
     import tensorflow as tf
+
+    import gymnasium as gym
 
     from agents.compiled import CompiledAgent
     from agents.mrq import MRQ
     from networks.mrq import MRQNetworks
-    from training.config import compose_config
     from training.parts import build_buffer
 
-    import gymnasium as gym
-
-    obs_dim, dim = stream["obs"].shape[1], stream["action"].shape[1]
-    agent = MRQ((obs_dim,), MRQNetworks(), np.random.default_rng(0), action_low=-np.ones(dim), action_high=np.ones(dim))
+    n, pixels, shape = int(stream.get("num_actions", 0)), stream["obs"].ndim == 4, stream["obs"].shape[1:]
+    if n:
+        action_space = gym.spaces.Discrete(n)
+        agent = MRQ(shape, MRQNetworks(), np.random.default_rng(0), num_actions=n, target_update_every=chain.every)
+    else:
+        action_space = gym.spaces.Box(-1.0, 1.0, stream["action"].shape[1:], np.float32)
+        agent = MRQ(shape, MRQNetworks(), np.random.default_rng(0), action_low=action_space.low,
+                    action_high=action_space.high, target_update_every=chain.every)
     pairs = {"value": layer_pairs(agent.value, LAYERS["value"]), "policy": layer_pairs(agent.policy_net, LAYERS["policy"]),
              "value_target": layer_pairs(agent.value_target, LAYERS["value"]),
              "policy_target": layer_pairs(agent.policy_target, LAYERS["policy"]),
-             "encoder": encoder_pairs(agent.encoder, False), "encoder_target": encoder_pairs(agent.encoder_target, False)}
+             "encoder": encoder_pairs(agent.encoder, pixels),
+             "encoder_target": encoder_pairs(agent.encoder_target, pixels)}
     start = {k[len("author/start/"):]: v for k, v in author.items() if k.startswith("author/start/")}
     set_state(start, [(p, module, None) for module, p in pairs.items()])
-    agent._tf_rng = GraphQueue(list(author["author/noise"]))
+    agent._tf_rng = GraphQueue(list(author["author/noise"]), list(author.get("author/exponential", [])))
     if plant == "copy_late":
         agent.updates.assign(-1)  # the first copy at the second update, and every one after it one late
     if plant == "no_swap":
         agent.start_block = lambda: tf.constant(True)
     learner = CompiledAgent(agent, compile="graph")
 
-    cfg = compose_config(["agent=mrq", "env=pendulum", f"buffer.capacity={len(stream['reward']) + 10}"])
-    space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
-    buffer = build_buffer(cfg, space, gym.spaces.Box(-1.0, 1.0, (dim,), np.float32), np.random.default_rng(0),
+    space = gym.spaces.Box(0, 255, shape, np.uint8) if pixels else gym.spaces.Box(-np.inf, np.inf, shape, np.float32)
+    buffer = build_buffer(task_config(task, len(stream["reward"]) + 10), space, action_space, np.random.default_rng(0),
                           learner.replay.mask_horizon)
     conventions = AuthorConventions(buffer, stream)
     buffer._n_step_return, buffer.mean_abs_reward = conventions.n_step_return, conventions.mean_abs_reward
@@ -275,49 +353,56 @@ def tfrl_chain(stream: dict, author: dict, updates: int, plant: str | None) -> d
         return out.copy()
 
     buffer._rows_at = rows_at
+    probe_obs, probe_action = stream["obs"][:chain.batch], stream["action"][:chain.batch]
+
+    def outputs() -> dict[str, np.ndarray]:
+        zs = agent.encoder.zs(probe_obs)
+        action = agent.action_input(tf.constant(probe_action.astype(np.int32) if n else probe_action))
+        zsa = agent.encoder.embed(zs, action)
+        values = (zs, zsa, agent.encoder.model(zsa), agent.value(zsa), agent.policy_net(zs), agent.encoder_target.zs(probe_obs))
+        return {key: np.asarray(v) for key, v in zip(OUTPUTS, values)}
     out = {"td": [], "q": [], "target": [], "priority": []}
     first_add, done = int(author["author/first_add"]), 0
     for t in range(len(stream["reward"])):
-        buffer.add(stream["obs"][t:t + 1], stream["action"][t:t + 1], stream["reward"][t:t + 1],
-                   stream["next_obs"][t:t + 1], stream["terminated"][t:t + 1], stream["truncated"][t:t + 1])
+        buffer.add(stream["obs"][t:t + 1], stream["action"][t:t + 1, None] if n else stream["action"][t:t + 1],
+                   stream["reward"][t:t + 1], stream["next_obs"][t:t + 1], stream["terminated"][t:t + 1],
+                   stream["truncated"][t:t + 1])
         if t < first_add:
             continue
         if done % learner.block.every == 0:  # the loop's block_due, the runs drawn as training draws them
-            for i, k in enumerate(learner.block_chunks(BATCH)):
-                learner.run_block(learner.block.replay.draw(buffer, BATCH, k), start=i == 0)
-        metrics = learner.update(learner.replay.draw(buffer, BATCH, 1))
+            for i, k in enumerate(learner.block_chunks(chain.batch)):
+                learner.run_block(learner.block.replay.draw(buffer, chain.batch, k), start=i == 0)
+        metrics = learner.update(learner.replay.draw(buffer, chain.batch, 1))
         buffer.update_priorities(metrics["td_error"])
         done += 1
         out["td"].append(np.asarray(metrics["td_error"]))
         out["q"].append(float(metrics["q"]))
         out["target"].append(float(metrics["target_q"]))
         out["priority"].append(buffer._tree.get(buffer.last_indices))
-        if done in reported(updates):
-            out.update({f"at{done}/{key}": v for key, v in keras_weights([(pairs[m], m, None) for m in SNAPSHOT]).items()})
+        if done in chain.reported():
+            out.update({f"at{done}/{key}": v for key, v in outputs().items()})
             out[f"at{done}/scales"] = np.float32([agent.reward_scale.numpy(), agent.target_reward_scale.numpy()])
-        if done == updates:
+        if done == chain.updates:
             break
     return out
 
 
-def compare(mine: dict, theirs: dict, start: dict, updates: int) -> tuple[list[dict], dict[int, dict]]:
+def compare(mine: dict, theirs: dict, chain: Chain) -> tuple[list[dict], dict[int, dict]]:
     """Per update: the relative difference of the per-sample errors and of the priorities, and the
     difference of the mean Q and mean target in units of the author's mean |Q| and |target| on the
-    batch; at the reported updates, of each network's change and of the scales."""
+    batch; at the reported updates, of each network's outputs on the probe, as their change since
+    the start (outputs rather than weights: a weight whose gradient is rounding noise moves by
+    Adam's full step either way, which the outputs barely feel), and of the reward scales."""
     def in_units(key, k):
         return abs(float(mine[key][k]) - float(theirs[key][k])) / max(float(theirs[f"{key}_scale"][k]), 1e-12)
 
     per_update = [{"LAP error": relative(mine["td"][k], theirs["td"][k]), "mean Q": in_units("q", k),
                    "mean target": in_units("target", k),
-                   "priorities": relative(mine["priority"][k], theirs["priority"][k])} for k in range(updates)]
+                   "priorities": relative(mine["priority"][k], theirs["priority"][k])} for k in range(chain.updates)]
     at = {}
-    for k in reported(updates):
-        row = {}
-        for module in SNAPSHOT:
-            keys = sorted(key for key in start if key.startswith(module + "/"))
-            row[f"{module} change"] = relative(
-                np.concatenate([(mine[f"at{k}/{key}"] - start[key]).ravel() for key in keys]),
-                np.concatenate([(theirs[f"at{k}/{key}"] - start[key]).ravel() for key in keys]))
+    for k in chain.reported():
+        row = {key: relative(mine[f"at{k}/{key}"] - theirs[f"at0/{key}"], theirs[f"at{k}/{key}"] - theirs[f"at0/{key}"])
+               for key in OUTPUTS}
         row["reward scales"] = relative(mine[f"at{k}/scales"], theirs[f"at{k}/scales"])
         at[k] = row
     return per_update, at
@@ -329,13 +414,17 @@ def main() -> int:
     parser.add_argument("--updates", type=int, default=500)
     parser.add_argument("--learning-starts", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, default=256, help="both sides' (the author's: 256)")
+    parser.add_argument("--copy-every", type=int, default=250, help="updates between target copies, the encoder's "
+                        "block as long (the author's: 250)")
     parser.add_argument("--tolerance", type=float, default=100.0, help="times the author's own floor (or 1e-4) that passes")
     parser.add_argument("--plant", choices=PLANTS, help="break one carry on tfrl's side: the check must fail")
     parser.add_argument("--author-data", metavar="NPZ", help="keep the author's side here, or read it from here if it exists")
     parser.add_argument("--author-side", nargs=2, metavar=("OUT", "STREAM"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    chain = Chain(args.updates, args.learning_starts, args.seed, args.batch_size, args.copy_every)
     if args.author_side:
-        author_side(*args.author_side, args.updates, args.learning_starts, args.seed)
+        author_side(*args.author_side, chain)
         return 0
     import subprocess
 
@@ -352,32 +441,31 @@ def main() -> int:
             np.savez(stream_path, **make_stream(args.task, args.learning_starts + args.updates + 50, args.seed))
             subprocess.run([REFERENCE_PYTHON, os.path.abspath(__file__), "--author-side", out, stream_path,
                             "--updates", str(args.updates), "--learning-starts", str(args.learning_starts),
-                            "--seed", str(args.seed)], check=True)
+                            "--seed", str(args.seed), "--batch-size", str(args.batch_size),
+                            "--copy-every", str(args.copy_every)], check=True)
         author, stream = dict(np.load(out)), dict(np.load(stream_path))
     theirs = {k[len("author/"):]: v for k, v in author.items() if k.startswith("author/")}
     floor_chain = {k[len("reordered/"):]: v for k, v in author.items() if k.startswith("reordered/")}
-    start = {k[len("start/"):]: v for k, v in theirs.items() if k.startswith("start/")}
-    n = min(args.updates, len(theirs["td"]))
-    mine = tfrl_chain(stream, author, n, args.plant)
-    ours, at_ours = compare(mine, theirs, start, n)
-    floor, at_floor = compare(floor_chain, theirs, start, n)
-    return report(args, n, ours, floor, at_ours, at_floor)
+    chain = replace(chain, updates=min(args.updates, len(theirs["td"])))
+    mine = tfrl_chain(args.task, stream, author, chain, args.plant)
+    ours, at_ours = compare(mine, theirs, chain)
+    floor, at_floor = compare(floor_chain, theirs, chain)
+    return report(args, chain, ours, floor, at_ours, at_floor)
 
 
-def report(args, n: int, ours: list[dict], floor: list[dict], at_ours: dict, at_floor: dict) -> int:
-    print(f"{args.task}: {n} updates from the author's fresh agent (first at add {args.learning_starts}), "
-          f"{'planted: ' + args.plant if args.plant else 'nothing planted'}; relative difference to the author's "
-          f"chain: tfrl's | the author's own with each batch's rows reordered")
+def report(args, chain: Chain, ours: list[dict], floor: list[dict], at_ours: dict, at_floor: dict) -> int:
+    print(f"{args.task}: {chain.updates} updates from the author's fresh agent (batches of {chain.batch}, a copy every "
+          f"{chain.every}), {'planted: ' + args.plant if args.plant else 'nothing planted'}; relative difference to "
+          f"the author's chain: tfrl's | the author's own with each batch's rows reordered")
     worst = 0.0
-    windows = [(a, b) for a, b in ((1, 1), (2, 2), (3, 250), (251, 251), (252, n)) if a <= min(b, n)]
     for key in ours[0]:
         cells = []
-        for a, b in windows:
-            mine = max(row[key] for row in ours[a - 1:min(b, n)])
-            bound = max(row[key] for row in floor[a - 1:min(b, n)])
+        for a, b in chain.windows():
+            mine = max(row[key] for row in ours[a - 1:b])
+            bound = max(row[key] for row in floor[a - 1:b])
             worst = max(worst, mine / max(bound, ROUNDING))
-            cells.append(f"{mine:8.1e} | {bound:7.1e}")
-        print(f"  {key:14}" + "".join(f"  [{a}-{min(b, n)}] {c}" for (a, b), c in zip(windows, cells)))
+            cells.append(f"  [{a}-{b}] {mine:8.1e} | {bound:7.1e}")
+        print(f"  {key:14}" + "".join(cells))
     for k, row in at_ours.items():
         line = []
         for key, mine in row.items():
