@@ -24,7 +24,9 @@ rounding sets. Exits 1 where a tfrl difference exceeds `--tolerance` times that 
 Two documented departures of tfrl (docs/algorithms.md, MR.Q) are adapted on tfrl's buffer here, so
 that what is compared is the machinery: the author's n-step sum (each reward times its own not-done
 flag, across its buffer's final-observation rows) and its reward scale (the mean over those rows
-too). `--plant` breaks one carry on tfrl's side: `copy_late` (the targets copied one update late),
+too). One bug of the author's buffer is mended on its side, as tfrl does it (found by this check):
+its runs take, as the next state of a termination that is not a run's last step, the state index of
+the final-observation row, which its buffer never writes (row 0's observation, until the ring wraps). `--plant` breaks one carry on tfrl's side: `copy_late` (the targets copied one update late),
 `stale_scale` (the reward scale never refreshed after the first copy), `no_swap` (the block does not
 make the encoder target a copy of the encoder). Each must fail.
 """
@@ -202,6 +204,11 @@ def author_chain(stream: dict, chain: Chain, replay: dict | None, rng) -> dict:
             action = int(stream["action"][t]) if n else stream["action"][t]  # the author one-hot encodes ints
             buf.add(states(stream["obs"][t]), action, states(stream["next_obs"][t]), float(stream["reward"][t]),
                     bool(stream["terminated"][t]), bool(stream["truncated"][t]))
+            if stream["terminated"][t] or stream["truncated"][t]:
+                # the author's buffer never writes the state of its final-observation row, which its runs
+                # read as the next state of a termination before a run's last step: the final state, as meant
+                final = (buf.ind - 1) % buf.max_size
+                buf.state_ind[final] = buf.next_ind[(final - 1) % buf.max_size]
             before = agent.training_steps
             agent.train()
             if agent.training_steps == before:
@@ -361,7 +368,9 @@ def tfrl_chain(task: str, stream: dict, author: dict, chain: Chain, plant: str |
         zsa = agent.encoder.embed(zs, action)
         values = (zs, zsa, agent.encoder.model(zsa), agent.value(zsa), agent.policy_net(zs), agent.encoder_target.zs(probe_obs))
         return {key: np.asarray(v) for key, v in zip(OUTPUTS, values)}
+
     out = {"td": [], "q": [], "target": [], "priority": []}
+    out.update({f"at0/{key}": v for key, v in outputs().items()})
     first_add, done = int(author["author/first_add"]), 0
     for t in range(len(stream["reward"])):
         buffer.add(stream["obs"][t:t + 1], stream["action"][t:t + 1, None] if n else stream["action"][t:t + 1],
@@ -391,7 +400,7 @@ def compare(mine: dict, theirs: dict, chain: Chain) -> tuple[list[dict], dict[in
     """Per update: the relative difference of the per-sample errors and of the priorities, and the
     difference of the mean Q and mean target in units of the author's mean |Q| and |target| on the
     batch; at the reported updates, of each network's outputs on the probe, as their change since
-    the start (outputs rather than weights: a weight whose gradient is rounding noise moves by
+    the start, each side from its own (outputs rather than weights: a weight whose gradient is rounding noise moves by
     Adam's full step either way, which the outputs barely feel), and of the reward scales."""
     def in_units(key, k):
         return abs(float(mine[key][k]) - float(theirs[key][k])) / max(float(theirs[f"{key}_scale"][k]), 1e-12)
@@ -401,7 +410,7 @@ def compare(mine: dict, theirs: dict, chain: Chain) -> tuple[list[dict], dict[in
                    "priorities": relative(mine["priority"][k], theirs["priority"][k])} for k in range(chain.updates)]
     at = {}
     for k in chain.reported():
-        row = {key: relative(mine[f"at{k}/{key}"] - theirs[f"at0/{key}"], theirs[f"at{k}/{key}"] - theirs[f"at0/{key}"])
+        row = {key: relative(mine[f"at{k}/{key}"] - mine[f"at0/{key}"], theirs[f"at{k}/{key}"] - theirs[f"at0/{key}"])
                for key in OUTPUTS}
         row["reward scales"] = relative(mine[f"at{k}/scales"], theirs[f"at{k}/scales"])
         at[k] = row
