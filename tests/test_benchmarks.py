@@ -439,11 +439,14 @@ def test_the_mrq_chained_checks_author_conventions_by_hand():
               "truncated": np.zeros(5, bool), "next_obs": np.arange(5, dtype=np.float32)[:, None] + 0.5}
     np.testing.assert_array_equal(author_rows(stream["terminated"]), [0, 1, -1, 2, 3, 4])
     buf = UniformReplay(10, 1, 1, GAMMA, np.random.default_rng(0), n_step=3)
-    for t in range(3):
-        buf.add([[t]], [[0.0]], stream["reward"][t:t + 1], [[t + 0.5]], stream["terminated"][t:t + 1], [False])
     conventions = AuthorConventions(buf, stream)
-    reward, next_obs, discount = conventions.n_step_return(np.array([0, 1, 2]))
-    np.testing.assert_allclose(reward, [1.0, GAMMA ** 2 * 3.0, 3.0 + GAMMA * 4.0 + GAMMA ** 2 * 5.0], rtol=1e-6)
-    np.testing.assert_allclose(discount, [0.0, 0.0, GAMMA ** 3], rtol=1e-6)
+    for t in range(5):
+        buf.add([[t]], [[0.0]], stream["reward"][t:t + 1], [[t + 0.5]], stream["terminated"][t:t + 1], [False])
+        if t == 2:  # three adds, one episode ended before the newest
+            assert conventions.mean_abs_reward() == pytest.approx((1 + 2 + 3) / (3 + 1))
+    # from step 3 the rows after the newest are not written yet: reward 0, not-done 0, as the author's zeros
+    reward, next_obs, discount = conventions.n_step_return(np.array([0, 1, 2, 3]))
+    np.testing.assert_allclose(reward, [1.0, GAMMA ** 2 * 3.0, 3.0 + GAMMA * 4.0 + GAMMA ** 2 * 5.0, 4.0 + GAMMA * 5.0],
+                               rtol=1e-6)
+    np.testing.assert_allclose(discount, [0.0, 0.0, GAMMA ** 3, 0.0], rtol=1e-6)
     assert next_obs[2, 0] == 4.5
-    assert conventions.mean_abs_reward() == pytest.approx((1 + 2 + 3) / (3 + 1))
