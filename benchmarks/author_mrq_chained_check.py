@@ -11,9 +11,12 @@ noise draw of its target policy, fed to tfrl's draws in the same order.
     uv run python benchmarks/author_mrq_chained_check.py --task walker        # DMC walker-walk from states
     uv run python benchmarks/author_mrq_chained_check.py --task hopper        # Hopper-v5: terminations
     uv run python benchmarks/author_mrq_chained_check.py --task hopper --plant copy_late   # must fail
+    uv run python benchmarks/author_mrq_chained_check.py --task breakout --batch-size 64 --copy-every 50
 
-The stream: uniform random actions on the project's env (`envs.factory`, DMC at the author's action
-repeat of 2), written once and added on both sides; the author's first update comes when its buffer
+The stream: uniform random actions on the project's env as `agent=mrq` composes it (DMC at the author's
+action repeat of 2, Atari with the author's protocol and 4 frames stacked), written once and added on
+both sides; on Atari the target policy's and the policy's Gumbel draws are fed too, and the random
+shift is off on both sides (`author_shift_check.py` checks it on the same offsets); the author's first update comes when its buffer
 holds `--learning-starts` rows, and tfrl's at the same add. Per update the table compares each
 sample's LAP error max|Q - target| (tfrl's `td_error`), the mean Q and mean target, and the
 priorities handed back; at a few updates (the first block, the second block at 251, the end) each
