@@ -461,6 +461,10 @@ def main() -> int:
     floor_chain = {k[len("reordered/"):]: v for k, v in author.items() if k.startswith("reordered/")}
     chain = replace(chain, updates=min(args.updates, len(theirs["td"])))
     mine = tfrl_chain(args.task, stream, author, chain, args.plant)
+    if os.environ.get("CHAIN_DEBUG"):  # which samples part, update by update
+        for k in range(min(chain.updates, 5)):
+            gap = np.abs(np.asarray(mine["td"][k]) - theirs["td"][k]) / np.maximum(np.abs(theirs["td"][k]), 1e-6)
+            print(f"update {k + 1}: samples apart by > 1e-3: {int((gap > 1e-3).sum())} of {len(gap)}, the largest {gap.max():.1e}")
     ours, at_ours = compare(mine, theirs, chain)
     floor, at_floor = compare(floor_chain, theirs, chain)
     return report(args, chain, ours, floor, at_ours, at_floor)
