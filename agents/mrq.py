@@ -197,10 +197,8 @@ class MRQ:
         The encoder's target too, and in the fused schedule the encoder becomes its trained copy; in
         the author's the block before this update has already copied it (`start_block`)."""
         pairs = [(self.policy_target, self.policy_net), (self.value_target, self.value)]
-        if not self.blocks:
-            pairs.append((self.encoder_target, self.encoder))
-        if self.by_model and not self.blocks:
-            pairs.append((self.encoder, self.encoder_next))
+        if not self.blocks:  # in this order: the target takes the encoder before the copy replaces it
+            pairs += [(self.encoder_target, self.encoder)] + ([(self.encoder, self.encoder_next)] if self.by_model else [])
         for target, online in pairs:
             _copy(target, online)
         if self.reward_scaling:

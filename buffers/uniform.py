@@ -157,8 +157,10 @@ class UniformReplay:
         """n rows drawn uniformly among those that may be sampled (with the mask: those it hides
         drawn again, so uniformly among the open ones)."""
         idx = self._draw_rows(n)
+        if self.mask is None:  # every agent's sampling but MR.Q's: nothing more on this path
+            return idx
         for _ in range(1000):
-            hidden = np.zeros(n, bool) if self.mask is None else ~self.mask.open[idx]
+            hidden = ~self.mask.open[idx]
             if not hidden.any():
                 return idx
             idx[hidden] = self._draw_rows(int(hidden.sum()))
