@@ -151,7 +151,9 @@ def author_chain(stream: dict, chain: Chain, replay: dict | None, rng) -> dict:
             zs = agent.encoder.zs(probe_obs)
             zsa = agent.encoder(zs, probe_action)
             done, next_zs, reward = agent.encoder.model_all(zs, probe_action)
-            values = (zs, zsa, torch.cat([done, next_zs, reward], 1), agent.value(zsa), agent.policy(zs)[1],
+            # the policy's pre-activation from its MLP: `agent.policy(zs)` would draw a Gumbel sample on Atari,
+            # one the chain's recorded draws must not hold
+            values = (zs, zsa, torch.cat([done, next_zs, reward], 1), agent.value(zsa), agent.policy.policy(zs),
                       agent.encoder_target.zs(probe_obs))
         return {key: v.numpy().copy() for key, v in zip(OUTPUTS, values)}
 
