@@ -289,6 +289,13 @@ def adam(learning_rate: float, beta_1: float = 0.9) -> Adam:
     return Adam(learning_rate=learning_rate, beta_1=beta_1, epsilon=1e-8)
 
 
+def adamw(learning_rate: float, weight_decay: float, variables: list) -> AdamW:
+    """AdamW with PyTorch's epsilon (torch.optim.AdamW's, as `adam`), built for `variables`."""
+    optimizer = AdamW(learning_rate=learning_rate, weight_decay=weight_decay, epsilon=1e-8)
+    optimizer.build(variables)
+    return optimizer
+
+
 def copy_of(online: keras.Model, target: keras.Model) -> keras.Model:
     """`target` (a network of the same shape) holding `online`'s weights: a target network."""
     target.set_weights(online.get_weights())

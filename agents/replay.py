@@ -1,21 +1,18 @@
 """What one update takes from replay, declared by the agent (`Needs.replay`) and used by the
 compiled update (its input signature, what happens to observations around the maths) and by the loop
-(what it draws). Most agents take one `Batch` of transitions (`Transitions`); MR.Q takes a batch of
-(multi-step) transitions for its value and policy, runs of consecutive steps for its encoder, and two
-facts of the whole buffer (`TransitionsAndRuns`); or, in its author's encoder schedule, the
-transitions and the reward scale per update (`ScaledTransitions`) and the runs in blocks of
-encoder updates between them (`Block` of `Runs`).
+(what it draws). Most agents take one `Batch` of transitions (`Transitions`); an agent may declare
+inputs of its own as subclasses (MR.Q's in agents/mrq/replay.py) and a `Block` of updates of one of
+its parts that the loop runs between updates.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 import numpy as np
 import tensorflow as tf
 
-from agents import checks
-from buffers.types import Batch, Buffer, Sequences
+from buffers.types import Batch, Buffer
 
 
 def batch_signature(obs_shape: tuple[int, ...], action: tf.TensorSpec, obs_dtype=tf.float32) -> Batch:
@@ -77,147 +74,6 @@ class Transitions:
         """Refuse a buffer that cannot give these inputs (ValueError)."""
 
 
-class RunsBatch(NamedTuple):
-    """MR.Q's inputs to one update: transitions for the value and policy, runs for the encoder, and
-    the buffer's mean absolute reward and whether any stored transition terminated."""
-
-    batch: Batch
-    runs: Sequences
-    reward_scale: np.ndarray  # () float32
-    terminates: np.ndarray  # () float32: 1 once any stored transition has terminated
-
-
-def _over_steps(fn: Callable, x):
-    """`fn` on (B, H, ...) observations as (B * H, ...), reshaped back."""
-    if isinstance(x, np.ndarray):
-        return fn(x.reshape(-1, *x.shape[2:])).reshape(x.shape)
-    shape = tf.shape(x)
-    return tf.reshape(fn(tf.reshape(x, tf.concat([[-1], shape[2:]], 0))), shape)
-
-
-@dataclass(frozen=True)
-class TransitionsAndRuns(Transitions):
-    """A Batch of n-step transitions and `horizon`-step runs (buffer.sample_sequences) per update,
-    with the buffer's mean absolute reward and whether it holds a termination."""
-
-    horizon: int
-    n_step: int
-
-    @property
-    def mask_horizon(self) -> int:
-        """`buffer.mask_horizon=auto`: the author's buffer masks by the longer of the two horizons."""
-        return max(self.horizon, self.n_step)
-
-    def signature(self, obs_shape: tuple[int, ...], action: tf.TensorSpec, obs_dtype) -> RunsBatch:
-        return RunsBatch(
-            batch=batch_signature(obs_shape, action, obs_dtype),
-            runs=_runs_signature(obs_shape, action, obs_dtype, self.horizon),
-            reward_scale=tf.TensorSpec([], tf.float32, name="reward_scale"),
-            terminates=tf.TensorSpec([], tf.float32, name="terminates"),
-        )
-
-    def draw(self, buffer: Buffer, batch_size: int, k: int) -> RunsBatch:
-        batch = buffer.sample_batches(batch_size, k)  # first: a prioritized buffer updates these batches' priorities
-        return RunsBatch(batch, _draw_runs(buffer, batch_size, k, self.horizon),
-                         np.full(k, buffer.mean_abs_reward(), np.float32),
-                         np.full(k, float(buffer.any_terminated()), np.float32))
-
-    def map_obs(self, batch: RunsBatch, fn: Callable) -> RunsBatch:
-        return batch._replace(batch=super().map_obs(batch.batch, fn), runs=_map_runs(batch.runs, fn))
-
-    def check(self, buffer: Buffer) -> None:
-        _check_n_step(buffer, self.n_step)
-
-
-class ScaledBatch(NamedTuple):
-    """MR.Q's inputs to one update in its author's encoder schedule: transitions for the value and
-    policy, and the buffer's mean absolute reward (the encoder trains in blocks: `Block`)."""
-
-    batch: Batch
-    reward_scale: np.ndarray  # () float32
-
-
-class RunsDraw(NamedTuple):
-    """The inputs of one encoder update of a block: runs, and whether any stored transition terminated."""
-
-    runs: Sequences
-    terminates: np.ndarray  # () float32
-
-
-def _runs_signature(obs_shape: tuple[int, ...], action: tf.TensorSpec, obs_dtype, horizon: int) -> Sequences:
-    steps = [None, horizon]
-    return Sequences(
-        obs=tf.TensorSpec([None, *obs_shape], obs_dtype, name="run_obs"),
-        action=tf.TensorSpec(steps + list(action.shape[1:]), action.dtype, name="run_action"),
-        reward=tf.TensorSpec(steps, tf.float32, name="run_reward"),
-        next_obs=tf.TensorSpec(steps + list(obs_shape), obs_dtype, name="run_next_obs"),
-        terminated=tf.TensorSpec(steps, tf.float32, name="run_terminated"),
-    )
-
-
-def _draw_runs(buffer: Buffer, batch_size: int, k: int, horizon: int) -> Sequences:
-    runs = buffer.sample_sequences(batch_size * k, horizon)
-    return Sequences(*(x.reshape(k, batch_size, *x.shape[1:]) for x in runs))
-
-
-def _map_runs(runs: Sequences, fn: Callable) -> Sequences:
-    return runs._replace(obs=fn(runs.obs), next_obs=_over_steps(fn, runs.next_obs))
-
-
-def _check_n_step(buffer: Buffer, n_step: int) -> None:
-    found = getattr(buffer, "n_step", None)
-    if found != n_step:
-        raise ValueError(f"the agent's value targets are {n_step}-step returns (agent.q_horizon={n_step}), "
-                         f"but the buffer's are {found}-step (buffer.n_step={found}); leave buffer.n_step out of "
-                         f"the command (agent=mrq sets it to agent.q_horizon).")
-
-
-@dataclass(frozen=True)
-class ScaledTransitions(Transitions):
-    """A Batch of n-step transitions and the buffer's mean absolute reward per update."""
-
-    horizon: int  # the runs' of the agent's blocks: with n_step, what `buffer.mask_horizon=auto` masks by
-    n_step: int
-
-    @property
-    def mask_horizon(self) -> int:
-        return max(self.horizon, self.n_step)
-
-    def signature(self, obs_shape: tuple[int, ...], action: tf.TensorSpec, obs_dtype) -> ScaledBatch:
-        return ScaledBatch(batch_signature(obs_shape, action, obs_dtype), tf.TensorSpec([], tf.float32, name="reward_scale"))
-
-    def draw(self, buffer: Buffer, batch_size: int, k: int) -> ScaledBatch:
-        return ScaledBatch(buffer.sample_batches(batch_size, k), np.full(k, buffer.mean_abs_reward(), np.float32))
-
-    def map_obs(self, batch: ScaledBatch, fn: Callable) -> ScaledBatch:
-        return batch._replace(batch=super().map_obs(batch.batch, fn))
-
-    def check(self, buffer: Buffer) -> None:
-        _check_n_step(buffer, self.n_step)
-
-
-@dataclass(frozen=True)
-class Runs(Transitions):
-    """Runs of `horizon` steps (buffer.sample_sequences) per encoder update of a block."""
-
-    horizon: int
-
-    def signature(self, obs_shape: tuple[int, ...], action: tf.TensorSpec, obs_dtype) -> RunsDraw:
-        return RunsDraw(_runs_signature(obs_shape, action, obs_dtype, self.horizon),
-                        tf.TensorSpec([], tf.float32, name="terminates"))
-
-    def draw(self, buffer: Buffer, batch_size: int, k: int) -> RunsDraw:
-        return RunsDraw(_draw_runs(buffer, batch_size, k, self.horizon),
-                        np.full(k, float(buffer.any_terminated()), np.float32))
-
-    def map_obs(self, batch: RunsDraw, fn: Callable) -> RunsDraw:
-        return batch._replace(runs=_map_runs(batch.runs, fn))
-
-    def draw_bytes(self, batch_size: int, obs_bytes: int) -> int:
-        """About what one draw's observations take (a run's first and next observations)."""
-        return batch_size * (1 + self.horizon) * obs_bytes
-
-
 BLOCK_BYTES = 64 << 20  # the observations of a block's draws handed over in one call, at most
 
 
@@ -230,13 +86,10 @@ class Block:
 
     every: int
     size: int
-    replay: Runs
+    replay: Transitions  # with draw_bytes(batch_size, obs_bytes): what one draw's observations take
 
     def chunks(self, batch_size: int, obs_bytes: int) -> list[int]:
         """How many of the block's draws each call takes."""
         per_call = max(1, min(self.size, BLOCK_BYTES // max(1, self.replay.draw_bytes(batch_size, obs_bytes))))
         return [min(per_call, self.size - start) for start in range(0, self.size, per_call)]
 
-
-def check_horizon(value, key: str) -> int:
-    return checks.integer(value, key, "an integer >= 1 (MR.Q: 5 for the encoder, 3 for the value)")

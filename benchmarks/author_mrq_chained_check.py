@@ -322,7 +322,7 @@ def tfrl_chain(task: str, stream: dict, author: dict, chain: Chain, plant: str |
 
     from agents.compiled import CompiledAgent
     from agents.mrq import MRQ
-    from networks.mrq import MRQNetworks
+    from agents.mrq.networks import MRQNetworks
     from training.parts import build_buffer
 
     n, pixels, shape = int(stream.get("num_actions", 0)), stream["obs"].ndim == 4, stream["obs"].shape[1:]

@@ -195,7 +195,7 @@ def tfrl_side(data: dict, batches: int) -> tuple[list[dict], list[dict]]:
 
     from agents.mrq import MRQ
     from buffers.types import Batch, Sequences
-    from networks.mrq import MRQNetworks
+    from agents.mrq.networks import MRQNetworks
 
     obs, action_dim = data["rl/0/obs"], data["rl/0/action"].shape[1]
     pixels, discrete = obs.ndim == 4, bool(data.get("discrete", False))

@@ -60,8 +60,9 @@ DDPG = ("tests/test_losses.py",)
 GA = ("tests/test_ga.py", "-k", "not resume and not export and not wandb")
 
 F, U, P, RP = "buffers/frames.py", "buffers/uniform.py", "buffers/prioritized.py", "agents/replay.py"
-ATR, DM, PX, AUG, MQ, DQ = "envs/atari.py", "envs/dmc.py", "envs/pixels.py", "agents/augment.py", "agents/mrq.py", "agents/dqn.py"
+ATR, DM, PX, AUG, MQ, DQ = "envs/atari.py", "envs/dmc.py", "envs/pixels.py", "agents/augment.py", "agents/mrq/agent.py", "agents/dqn.py"
 ST, BASE = "analysis/stats.py", "agents/base.py"
+MRP, MST = "agents/mrq/replay.py", "agents/mrq/settings.py"
 LS, T3, SA, XQ, T7 = "agents/losses.py", "agents/td3.py", "agents/sac.py", "agents/crossq.py", "agents/td7.py"
 MUTATIONS = (
     Mutation("F1", "first-observation slots never given back", F, "self._free(rows[self.step[rows] == 0])", "pass", BUFFERS),
@@ -89,11 +90,11 @@ MUTATIONS = (
              "self._abs_reward_sum / self.capacity", BUFFERS),
     Mutation("Q23", "terminations added after keep_reward_stats not tracked", U,
              "self._terminated = self._terminated or bool(np.any(terminated))", "pass", BUFFERS),
-    Mutation("Q36", "MR.Q's draws carry reward scale 1, not the buffer's", RP,
+    Mutation("Q36", "MR.Q's draws carry reward scale 1, not the buffer's", MRP,
              "return RunsBatch(batch, _draw_runs(buffer, batch_size, k, self.horizon),\n                         "
              "np.full(k, buffer.mean_abs_reward(),", "return RunsBatch(batch, _draw_runs(buffer, batch_size, k, "
              "self.horizon),\n                         np.full(k, 1.0,", BUFFERS),
-    Mutation("Q44", "the author's schedule's draws carry reward scale 1", RP,
+    Mutation("Q44", "the author's schedule's draws carry reward scale 1", MRP,
              "ScaledBatch(buffer.sample_batches(batch_size, k), np.full(k, buffer.mean_abs_reward(),",
              "ScaledBatch(buffer.sample_batches(batch_size, k), np.full(k, 1.0,", BUFFERS),
     Mutation("Q45", "the mask opens the row H - 1 steps back", "buffers/mask.py", "opened = [idx[steps > h] - h * n]",
@@ -128,17 +129,17 @@ MUTATIONS = (
     Mutation("G2", "acting shifts the observations", "agents/compiled.py", "explore: bool) -> np.ndarray:\n",
              "explore: bool) -> np.ndarray:\n        if self.random_shift is not None:\n"
              "            obs = self.random_shift(tf.constant(obs)).numpy()\n", PIXELS),
-    Mutation("G3", "MR.Q's runs.next_obs not mapped (unshifted)", RP, "next_obs=_over_steps(fn, batch.runs.next_obs)",
-             "next_obs=batch.runs.next_obs", PIXELS),
-    Mutation("G4", "MR.Q's runs.obs not mapped (unshifted)", RP, "obs=fn(batch.runs.obs),", "obs=batch.runs.obs,", PIXELS),
+    Mutation("G3", "MR.Q's runs.next_obs not mapped (unshifted)", MRP, "next_obs=_over_steps(fn, runs.next_obs)",
+             "next_obs=runs.next_obs", PIXELS),
+    Mutation("G4", "MR.Q's runs.obs not mapped (unshifted)", MRP, "obs=fn(runs.obs),", "obs=runs.obs,", PIXELS),
     Mutation("G5", "shift pads with zeros, not the edge", AUG, "tf.repeat(first, pad, axis=axis), images, tf.repeat(last,",
              "tf.repeat(first * 0, pad, axis=axis), images, tf.repeat(last * 0,", PIXELS),
     Mutation("G6", "obs and next_obs share their shift offsets", RP,
              "return batch._replace(obs=fn(batch.obs), next_obs=fn(batch.next_obs))",
              "both, c = fn(tf.concat([batch.obs, batch.next_obs], -1)), batch.obs.shape[-1]\n"
              "        return batch._replace(obs=both[..., :c], next_obs=both[..., c:])", PIXELS),
-    Mutation("Q7", "MR.Q's done term weighed before any termination", MQ, "self.done_weight * terminates,",
-             "self.done_weight,", MRQ),
+    Mutation("Q7", "MR.Q's done term weighed before any termination", MQ, "s.done_weight * terminates,",
+             "s.done_weight,", MRQ),
     Mutation("Q9", "fused: dynamics targets from the target encoder", MQ,
              "self.encoder_target if self.blocks else self.encoder))", "self.encoder_target))", MRQ),
     Mutation("Q9b", "fused: dynamics targets from the trained copy, gradients stopped", MQ,
@@ -147,30 +148,31 @@ MUTATIONS = (
     Mutation("Q9c", "author's schedule: dynamics targets from the trained encoder, gradients stopped", MQ,
              "self.encoder_target if self.blocks else self.encoder))", "self.encoder))", MRQ),
     Mutation("Q40", "author's schedule: a block does not copy the encoder target first", MQ,
-             "        _copy(self.encoder_target, self.encoder)\n        return tf.constant(True)",
+             "        copy_weights(self.encoder_target, self.encoder)\n        return tf.constant(True)",
              "        return tf.constant(True)", MRQ),
     Mutation("Q41", "author's schedule: the update copies the encoder target again", MQ,
-             "        if not self.blocks:\n            pairs.append((self.encoder_target, self.encoder))",
-             "        pairs.append((self.encoder_target, self.encoder))", MRQ),
+             "pairs = [(self.policy_target, self.policy_net), (self.value_target, self.value)]\n",
+             "pairs = [(self.policy_target, self.policy_net), (self.value_target, self.value)] + (\n"
+             "            [(self.encoder_target, self.encoder)] if self.blocks else [])\n", MRQ),
     Mutation("Q42", "author's schedule: blocks one update late", "training/loop.py",
              "st.blocks <= (st.updates - st.pending) // block.every", "st.blocks < (st.updates - st.pending) // block.every",
              MRQ),
     Mutation("Q43", "author's schedule: a driven call runs on past a block due", "training/loop.py",
              "        if block_due():  # the call ends", "        if False:  # the call ends", MRQ),
-    Mutation("Q11", "target copies one update late", MQ, "(self.updates - 1) % self.target_update_every",
-             "self.updates % self.target_update_every", MRQ),
+    Mutation("Q11", "target copies one update late", MQ, "(self.updates - 1) % self.settings.target_update_every",
+             "self.updates % self.settings.target_update_every", MRQ),
     Mutation("Q12", "LAP's td_error the mean of the heads' errors", MQ, '"td_error": tf.reduce_max(',
              '"td_error": tf.reduce_mean(', MRQ),
     Mutation("Q19", "the policy ascends value head 1 only", MQ, "-tf.reduce_mean(q) +", "-tf.reduce_mean(q[:, 0]) +", MRQ),
-    Mutation("Q20", "no pre-activation penalty", MQ, " + self.pre_activ_weight * tf.reduce_mean(tf.square(pre))", "", MRQ),
+    Mutation("Q20", "no pre-activation penalty", MQ, " + self.settings.pre_activ_weight * tf.reduce_mean(tf.square(pre))", "", MRQ),
     Mutation("Q21", "value gradient not clipped", MQ, "clipped, _ = tf.clip_by_global_norm(grads[:len(variables)], "
-             "self.value_grad_clip)", "clipped = grads[:len(variables)]", MRQ),
-    Mutation("Q22", "reward and done weights swapped", MQ, "self.reward_weight, self.done_weight * terminates,",
-             "self.done_weight, self.reward_weight * terminates,", MRQ),
-    Mutation("Q24", "discrete actions' noises not halved", MQ, "scale = 0.5 if self.discrete else 1.0", "scale = 1.0", MRQ),
+             "self.settings.value_grad_clip)", "clipped = grads[:len(variables)]", MRQ),
+    Mutation("Q22", "reward and done weights swapped", MQ, "s.reward_weight, s.done_weight * terminates,",
+             "s.done_weight, s.reward_weight * terminates,", MRQ),
+    Mutation("Q24", "discrete actions' noises not halved", MST, "half = 0.5 if discrete else 1.0", "half = 1.0", MRQ),
     Mutation("Q27", "target policy's noise not clipped", MQ, "tf.clip_by_value(self._tf_rng.normal(shape) * self.target_noise, "
              "-self.noise_clip, self.noise_clip)", "self._tf_rng.normal(shape) * self.target_noise", MRQ),
-    Mutation("Q33", "Gumbel-softmax at tau 1", MQ, "uniform, self.gumbel_tau)", "uniform, 1.0)", MRQ),
+    Mutation("Q33", "Gumbel-softmax at tau 1", MQ, "uniform, self.settings.gumbel_tau)", "uniform, 1.0)", MRQ),
     Mutation("Q28", "MR.Q's replay resets its largest priority every 250", "conf/buffer/mrq.yaml", "max_reset_every: 0",
              "max_reset_every: 250", CONFIG),
     Mutation("N3", "dueling head without the mean subtracted", "networks/mlp.py",

@@ -256,7 +256,7 @@ def test_a_termination_added_after_the_statistics_are_kept_is_counted():
 def test_mrq_draws_carry_the_buffers_reward_scale_and_termination_flag(terminal):
     """Each of the K updates a draw feeds gets the buffer's mean absolute reward and whether it holds
     a termination: rewards 0..5 (env 0) and 10..15 (env 1), |r| averaging (15 + 75) / 12 = 7.5."""
-    from agents.replay import Runs, ScaledTransitions, TransitionsAndRuns
+    from agents.mrq.replay import Runs, ScaledTransitions, TransitionsAndRuns
 
     buf = UniformReplay(64, 1, 1, 0.9, np.random.default_rng(0), n_step=2)
     if terminal:

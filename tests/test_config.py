@@ -259,6 +259,22 @@ def test_a_sac_run_saved_before_tanh_epsilon_resumes_with_the_exact_correction_i
         assert load_run_config(str(tmp_path / run)).agent.tanh_epsilon == want
 
 
+def test_an_mrq_run_saved_before_its_networks_moved_builds_them_from_their_new_place(tmp_path):
+    """MR.Q's networks moved from networks/mrq.py into agents/mrq/: a saved config naming the old
+    place loads with the new one, which builds (and passes the trusted-targets check)."""
+    from hydra.utils import get_class
+
+    from training.resume import MOVED_TARGETS, load_run_config
+
+    os.makedirs(tmp_path / ".hydra")
+    OmegaConf.save(OmegaConf.create({"speed": {}, "agent": {"_target_": "agents.mrq.MRQ"},
+                                     "network": {"_target_": "networks.mrq.MRQNetworks", "zs_dim": 16}}),
+                   tmp_path / ".hydra" / "config.yaml")
+    network = load_run_config(str(tmp_path)).network
+    assert network._target_ == MOVED_TARGETS["networks.mrq.MRQNetworks"] == "agents.mrq.MRQNetworks"
+    assert get_class(network._target_)(zs_dim=network.zs_dim).zs_dim == 16
+
+
 def test_resume_auto_of_a_sac_run_saved_before_tanh_epsilon_keeps_the_exact_correction(tmp_path):
     """resume=auto composes the config anew (today's default 1e-6) and Hydra writes it over the
     run's: the Hydra callback gives it the run's exact form first, unless the command sets the key."""

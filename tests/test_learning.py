@@ -185,7 +185,7 @@ def test_mrq_learns_pendulum_within_3k_steps(make_cfg):
     absolute reward."""
     import tensorflow as tf
 
-    from agents import losses
+    from agents.mrq import losses
 
     widths = [f"network.{k}={w}" for k, w in (("zs_dim", 64), ("za_dim", 32), ("zsa_dim", 64), ("encoder_hidden", 64),
                                                ("value_hidden", 64), ("policy_hidden", 64))]

@@ -1,4 +1,4 @@
-"""MR.Q's maths (agents/losses.py) against values computed by hand."""
+"""MR.Q (agents/mrq/): its maths against values computed by hand, its updates and schedule, its settings."""
 
 import math
 
@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from agents import losses
+from agents import losses as shared
+from agents.mrq import losses
 
 BINS = tf.constant([-3.0, -1.0, 0.0, 2.0, 5.0])
 
@@ -109,7 +110,7 @@ OBS = 5
 
 def mrq(discrete=False, **kwargs):
     from agents.mrq import MRQ
-    from networks.mrq import MRQNetworks
+    from agents.mrq.networks import MRQNetworks
 
     actions = {"num_actions": 3} if discrete else {"action_low": -2 * np.ones(2), "action_high": 2 * np.ones(2)}
     return MRQ((OBS,), MRQNetworks(**TINY_NET), np.random.default_rng(0), enc_horizon=3, q_horizon=2,
@@ -118,11 +119,11 @@ def mrq(discrete=False, **kwargs):
 
 def runs_batch(rng, agent, scale, n=16):
     """MR.Q's inputs to one update, random, stacked as one (K = 1)."""
-    from agents.replay import RunsBatch
+    from agents.mrq.replay import RunsBatch
     from buffers.types import Sequences
     from helpers import random_batch
 
-    h = agent.enc_horizon
+    h = agent.settings.enc_horizon
     if agent.discrete:
         batch = random_batch(rng, OBS, 0, 1, n)._replace(action=rng.integers(0, 3, n).astype(np.int32))
         run_action = rng.integers(0, 3, (n, h)).astype(np.int32)
@@ -265,7 +266,7 @@ def test_the_encoder_update_trains_against_its_target(schedule, target_encoder, 
 
 def runs_draws(rng, agent, k, n=16):
     """k draws of a block's runs, stacked (the author's schedule)."""
-    from agents.replay import RunsDraw
+    from agents.mrq.replay import RunsDraw
 
     draws = [runs_batch(rng, agent, 1.0, n) for _ in range(k)]
     return RunsDraw(tf.nest.map_structure(lambda *x: np.concatenate(x), *[d.runs for d in draws]), np.ones(k, np.float32))
@@ -273,7 +274,7 @@ def runs_draws(rng, agent, k, n=16):
 
 def scaled_batch(rng, agent, scale):
     """One update's inputs in the author's schedule, stacked as one (K = 1)."""
-    from agents.replay import ScaledBatch
+    from agents.mrq.replay import ScaledBatch
 
     one = runs_batch(rng, agent, scale)
     return ScaledBatch(one.batch, one.reward_scale)
@@ -350,7 +351,7 @@ def test_without_the_model_the_encoder_trains_through_the_value_loss():
     target = agent.value_target_of(batch)
     with tf.GradientTape() as tape:
         zsa = agent.encoder.embed(agent.encoder.zs(batch.obs), agent.box.to_unit(batch.action))
-        expected = losses.huber(agent.value(zsa), target[:, None])
+        expected = shared.huber(agent.value(zsa), target[:, None])
     kernel = tape.gradient(expected, variables)[0].numpy()
     learner = compiled(agent)
     metrics = learner.update(inputs)
@@ -367,7 +368,7 @@ def test_the_design_studys_switches_of_the_networks():
     """reward_loss=mse gives the model one reward output whose loss is its squared error;
     network.linear_value makes each value head zsa . w + b; network.linear_model=false an MLP per
     predicted part (the design study's "MSE reward loss", "Linear value function" and "Non-linear model")."""
-    from networks.mrq import MRQNetworks
+    from agents.mrq.networks import MRQNetworks
 
     agent = mrq(reward_loss="mse")
     assert agent.encoder_trained.model.outputs[0].shape[-1] == 1 + TINY_NET["zs_dim"] + 1
@@ -590,7 +591,7 @@ def test_bfloat16_update_precision_reaches_every_matmul_of_mrqs_update(schedule,
 def test_update_precision_reaches_the_image_encoders_convolutions(precision, dtype, kernel_dtypes):
     """MR.Q on pixels: its image encoder's convolutions, forward and backward, follow the setting
     as its dense layers do."""
-    from networks.mrq import MRQNetworks
+    from agents.mrq.networks import MRQNetworks
     from networks.precision import matmul_precision
 
     encoder = MRQNetworks(**TINY_NET).state_encoder((31, 31, 3), "enc")
@@ -609,7 +610,7 @@ def test_update_precision_reaches_the_image_encoders_convolutions(precision, dty
 
 def test_the_image_encoder_takes_the_smallest_image_it_leaves_a_pixel_of():
     """31 -> 15 -> 7 -> 3 -> 1 through 3x3 convolutions at strides 2, 2, 2, 1; 30 -> 14 -> 6 -> 2 -> 0."""
-    from networks.mrq import CONVS, MRQNetworks, smallest_image
+    from agents.mrq.networks import CONVS, MRQNetworks, smallest_image
 
     assert smallest_image(CONVS) == 31
     assert MRQNetworks(**TINY_NET).state_encoder((31, 40, 3), "enc").output.shape[-1] == TINY_NET["zs_dim"]

@@ -573,7 +573,7 @@ def test_mrqs_inputs_map_every_observation_of_the_batch_and_the_runs(as_tensors)
     and leave the rest as it was (numpy on the host, tensors in the graph)."""
     import tensorflow as tf
 
-    from agents.replay import RunsBatch, TransitionsAndRuns
+    from agents.mrq.replay import RunsBatch, TransitionsAndRuns
     from buffers.types import Sequences
 
     rng = np.random.default_rng(0)

@@ -35,6 +35,10 @@ ADDED_AGENT_SETTINGS = {
 }
 
 
+# Classes that moved, by the `_target_` a config saved before the move names.
+MOVED_TARGETS = {"networks.mrq.MRQNetworks": "agents.mrq.MRQNetworks"}  # into MR.Q's folder
+
+
 def settings_added_since(saved: DictConfig) -> dict:
     """The ADDED_AGENT_SETTINGS a saved run config lacks, at the values its run had."""
     agent = saved.get("agent")
@@ -45,8 +49,13 @@ def settings_added_since(saved: DictConfig) -> dict:
 def upgrade_config(cfg: DictConfig) -> DictConfig:
     """A run config saved before the `speed` group existed, in today's layout: the speed keys under
     `speed` (the agents' copies of them dropped; `agent.fast_act` is `speed.numpy_acting`), the
-    checkpoint and logging keys under their nodes; and an agent setting added since (ADDED_AGENT_SETTINGS)
-    at the value the run had. A config in today's layout comes back as it is."""
+    checkpoint and logging keys under their nodes; an agent setting added since (ADDED_AGENT_SETTINGS)
+    at the value the run had; a class that moved under its new name (MOVED_TARGETS). A config in today's layout comes back as it is."""
+    moved = [group for group in ("agent", "network", "buffer") if OmegaConf.select(cfg, f"{group}._target_") in MOVED_TARGETS]
+    if moved:
+        cfg = cfg.copy()
+        for group in moved:
+            cfg[group]._target_ = MOVED_TARGETS[cfg[group]._target_]
     missing = settings_added_since(cfg)
     if missing:
         cfg = cfg.copy()

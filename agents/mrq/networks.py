@@ -183,3 +183,9 @@ def acting_policy(encoder_zs: keras.Model, policy: keras.Model, name: str) -> ke
     """obs -> policy(zs(obs)): one model of the two, sharing their weights (acting and export)."""
     obs = keras.Input(encoder_zs.inputs[0].shape[1:], dtype=encoder_zs.inputs[0].dtype, name=f"{name}_obs")
     return keras.Model(obs, policy(encoder_zs(obs)), name=name)
+
+
+def copy_weights(target, online) -> None:
+    """The target's weights become the online network's (in a graph: assignments)."""
+    for t, o in zip(target.weights, online.weights, strict=True):
+        t.assign(o)
