@@ -11,7 +11,7 @@ noise draw of its target policy, fed to tfrl's draws in the same order.
     uv run python benchmarks/author_mrq_chained_check.py --task walker        # DMC walker-walk from states
     uv run python benchmarks/author_mrq_chained_check.py --task hopper        # Hopper-v5: terminations
     uv run python benchmarks/author_mrq_chained_check.py --task hopper --plant copy_late   # must fail
-    uv run python benchmarks/author_mrq_chained_check.py --task breakout --batch-size 64 --copy-every 50
+    uv run python benchmarks/author_mrq_chained_check.py --task breakout --batch-size 64   # the CNN, Gumbel draws
 
 The stream: uniform random actions on the project's env as `agent=mrq` composes it (DMC at the author's
 action repeat of 2, Atari with the author's protocol and 4 frames stacked), written once and added on

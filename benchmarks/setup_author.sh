@@ -11,7 +11,8 @@ case "$agent" in
   td7) repo=sfujim/TD7; commit=c1c280de1513f474488061b4cf39642b75dd84bd  # "Fix buffer when not using prioritization", the last commit
        files="TD7.py buffer.py LICENSE"; module=TD7 ;;
   mrq) repo=facebookresearch/MRQ; commit=8a44a7d4b1cf117e5da4bf8214d35b02aa68d68b  # "Small fix on terminal reward sequences", the last commit
-       files="MRQ/MRQ.py MRQ/buffer.py MRQ/models.py MRQ/utils.py LICENSE"; module=MRQ ;;  # LICENSE: CC BY-NC 4.0
+       # with its published per-seed results, which benchmarks/published.py reads; LICENSE: CC BY-NC 4.0
+       files="MRQ/MRQ.py MRQ/buffer.py MRQ/models.py MRQ/utils.py results/dmc_results.txt results/gym_results.txt results/atari_results.txt LICENSE"; module=MRQ ;;
   *) echo "usage: bash benchmarks/setup_author.sh td7|mrq" >&2; exit 2 ;;
 esac
 here="$(cd "$(dirname "$0")" && pwd)"

@@ -450,3 +450,25 @@ def test_the_mrq_chained_checks_author_conventions_by_hand():
                                rtol=1e-6)
     np.testing.assert_allclose(discount, [0.0, 0.0, GAMMA ** 3, 0.0], rtol=1e-6)
     assert next_obs[2, 0] == 4.5
+
+
+def test_published_reads_an_authors_task_and_sets_runs_beside_its_seeds(tmp_path):
+    """benchmarks/published.py: the rows of one `Env:` block of the author's layout, a run's eval.csv
+    at the same steps, and the seeds' mean, range and a bootstrap band that holds the mean."""
+    published = _module("benchmarks/published.py", "published")
+    results = tmp_path / "dmc_results.txt"
+    results.write_text("--------------------\nEnv: Dmc-a\nTimestep\tSeed 0\t\tSeed 1\n0\t\t1.0\t\t3.0\n"
+                       "--------------------\nEnv: Dmc-b\nTimestep\tSeed 0\t\tSeed 1\t\tSeed 2\n"
+                       "0\t\t10.0\t\t20.0\t\t60.0\n5000\t\t100.0\t\t200.0\t\t300.0\n")
+    table = published.read_published(str(results), "Dmc-b")
+    assert sorted(table) == [0, 5000] and table[5000].tolist() == [100.0, 200.0, 300.0]
+    mean, low, high = published.mean_band(table[0])
+    assert mean == 30.0 and 10.0 <= low < mean < high <= 60.0
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "eval.csv").write_text("step,return_mean\n0,12.5\n5000,250.0\n")
+    text = published.table(table, {"run": published.read_run(str(run))}, 5000)
+    assert "| 0 | 12.5 | 30.0 [" in text and "| 10.0-60.0 |" in text
+    assert "| 5000 | 250.0 | 200.0 [" in text and "| 100.0-300.0 |" in text
+    with pytest.raises(SystemExit, match="no task 'Dmc-c'"):
+        published.read_published(str(results), "Dmc-c")
