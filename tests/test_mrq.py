@@ -550,6 +550,28 @@ def test_resume_is_bit_exact_and_evaluate_exports_the_policy(tmp_path):
     assert exported(np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)).numpy().shape == (4, 1)
 
 
+def test_a_run_saved_when_the_networks_lived_in_networks_mrq_resumes_and_evaluates(tmp_path):
+    """Runs saved before MR.Q's networks moved into agents/mrq/ name networks.mrq.MRQNetworks in their
+    config and in each checkpoint's meta.json: resume=auto (which composes today's config) and
+    evaluate.py (which rebuilds the saved one) take them as the class at its new place."""
+    import json
+
+    from helpers import evaluate
+
+    run = tmp_path / "run"
+    assert _train(run, "env=pendulum", "total_steps=150", "checkpoint.every=150").returncode == 0
+    old, new = "networks.mrq.MRQNetworks", "agents.mrq.MRQNetworks"
+    for path in [run / ".hydra" / "config.yaml", *run.glob("checkpoints/*/meta.json")]:
+        text = path.read_text()
+        assert new in text
+        path.write_text(text.replace(new, old))
+    assert json.loads(next(run.glob("checkpoints/step_*/meta.json")).read_text())["network"]["_target_"] == old
+    proc = _train(run, "env=pendulum", "total_steps=200", "checkpoint.every=150", "resume=auto")
+    assert proc.returncode == 0 and "from step_0000000150 at step 150" in proc.stdout + proc.stderr, proc.stderr[-3000:]
+    proc = evaluate(f"run_dir={run}", "episodes=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
 @pytest.mark.parametrize("schedule", ["author", "fused"])
 def test_bfloat16_update_precision_reaches_every_matmul_of_mrqs_update(schedule, kernel_dtypes):
     """speed.update_precision=bfloat16 for MR.Q as for the other agents: every matmul of the update

@@ -38,6 +38,7 @@ import numpy as np
 from training import plaindata
 from training.config import override
 from training.faults import WRITE_FAULTS, write_failure
+from training.resume import described_today
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 
@@ -241,7 +242,7 @@ class Checkpointer:
                 f"only the weights); to train on, start a new run, or resume it with the version that wrote it."
             )
         for key, value in self.describe.items():
-            if key in meta and meta[key] != value:
+            if key in meta and described_today(key, meta[key]) != value:
                 raise CheckpointError(
                     f"checkpoint {path} was written with {key}={meta[key]!r}, but this run has "
                     f"{key}={value!r}; rebuild the run with the saved config (evaluate.py and resume do this)."

@@ -39,6 +39,16 @@ ADDED_AGENT_SETTINGS = {
 MOVED_TARGETS = {"networks.mrq.MRQNetworks": "agents.mrq.MRQNetworks"}  # into MR.Q's folder
 
 
+def described_today(key: str, value):
+    """A checkpoint's recorded `agent` target or `network` config (training.builder.describe) with
+    the classes that moved since under their new names, to compare with today's."""
+    if key == "agent" and value in MOVED_TARGETS:
+        return MOVED_TARGETS[value]
+    if key == "network" and isinstance(value, dict) and value.get("_target_") in MOVED_TARGETS:
+        return {**value, "_target_": MOVED_TARGETS[value["_target_"]]}
+    return value
+
+
 def settings_added_since(saved: DictConfig) -> dict:
     """The ADDED_AGENT_SETTINGS a saved run config lacks, at the values its run had."""
     agent = saved.get("agent")
