@@ -14,6 +14,27 @@ _NEUTRAL_OVERRIDES = ("seed", "progress", "log_every", "logger", "wandb", "check
                       "save_buffer", "save_best", "resume", "hydra", "compile", "vectorization")
 
 
+def provenance_notes(runs: list[RunRecord]) -> list[str]:
+    """Where the runs pooled in a group were made by different code or library versions (their
+    summary.json's `code` and `versions`), or some record none (written before runs recorded them)."""
+    recorded = [r for r in runs if r.provenance]
+    notes = []
+    if recorded and len(recorded) < len(runs):
+        notes.append(f"{len(runs) - len(recorded)} run(s) record no code or library versions (finished before runs "
+                     f"recorded them), so they may differ from the others unseen: "
+                     + ", ".join(r.label for r in runs if not r.provenance))
+    fields = [("commit", lambda p: (p.get("code") or {}).get("commit")),
+              ("a changed tree", lambda p: (p.get("code") or {}).get("dirty"))]
+    fields += [(name, lambda p, name=name: (p.get("versions") or {}).get(name))
+               for name in sorted({k for r in recorded for k in (r.provenance.get("versions") or {})})]
+    for name, read in fields:
+        values = Counter(str(read(r.provenance)) for r in recorded)
+        if len(values) > 1:
+            counts = ", ".join(f"{v}: {n} run(s)" for v, n in sorted(values.items()))
+            notes.append(f"runs made by different code or libraries, {name} ({counts}): their difference may be that")
+    return notes
+
+
 def group_name(agent: str, env: str | None, by: Sequence[str], values: Sequence[str]) -> str:
     name = agent if env is None else f"{agent}/{env}"
     extra = ", ".join(f"{k}={v}" for k, v in zip(by, values))
@@ -112,6 +133,7 @@ def group_notes(runs: list[RunRecord], by: Sequence[ByKey], last: int = 1) -> li
             if len(counts) > 6:
                 counts = counts[:5] + [f"... {len(counts) - 5} more values"]
             notes.append(f"runs differ in {key} ({', '.join(counts)}); split them with --by {key}")
+    notes.extend(provenance_notes(runs))
     seeds = Counter(r.seed for r in runs)
     for seed, n in sorted(seeds.items(), key=lambda kv: str(kv[0])):
         if n > 1:

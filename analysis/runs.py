@@ -41,6 +41,7 @@ class RunRecord:
     problems: list[str] = field(default_factory=list)
     diverged_at: int | None = None  # first eval step with a non-finite return (NaN, inf), or the step
     # summary.json names as where training stopped on a non-finite loss
+    provenance: dict = field(default_factory=dict)  # summary.json's code and versions (training/provenance.py)
 
     @property
     def label(self) -> str:
@@ -290,8 +291,9 @@ def load_run(path: str) -> RunRecord | Skipped:
         complete = False  # resumed after it finished (to extend it), and not finished again
         problems.append(f"summary.json is from step {summary['steps']} but eval.csv goes on to step {last_eval} "
                         f"(resumed after it finished): counted as incomplete")
+    provenance = {key: (summary or {})[key] for key in ("code", "versions") if isinstance((summary or {}).get(key), dict)}
     return RunRecord(path, str(agent), str(env), target, env_id, seed, complete, steps, returns, cfg, choices,
-               parse_overrides(override_lines), problems + eval_problems, diverged_at)
+                     parse_overrides(override_lines), problems + eval_problems, diverged_at, provenance)
 
 
 def load_runs(paths: Sequence[str], complete_only: bool = False) -> tuple[list[RunRecord], list[RunRecord], list[Skipped], list[str]]:

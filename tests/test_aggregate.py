@@ -409,6 +409,28 @@ def test_a_run_stopped_on_a_non_finite_loss_counts_as_diverged(tmp_path):
     assert "seed=2 (sweep/td3_2) at step 1500" in report.markdown
 
 
+def test_aggregate_notes_runs_pooled_across_code_or_library_versions(tmp_path):
+    """A group whose runs' summary.json name different TensorFlow versions or commits is noted with
+    each value; one whose runs agree is not; a run that records none is named."""
+    root = str(tmp_path / "sweep")
+    made = [("td3", {"tensorflow": "2.21.0", "numpy": "2.4.6"}, "a" * 40), ("td3", {"tensorflow": "2.20.0", "numpy": "2.4.6"}, "a" * 40),
+            ("ddpg", {"tensorflow": "2.21.0"}, "b" * 40), ("ddpg", {"tensorflow": "2.21.0"}, "b" * 40), ("ddpg", None, None)]
+    for i, (agent, versions, commit) in enumerate(made):
+        run = os.path.join(root, f"{agent}_{i}")
+        make_run(run, agent, "hopper", i, (0.0, 10.0 * i))
+        if versions:
+            path = os.path.join(run, "summary.json")
+            with open(path) as f:
+                summary = json.load(f)
+            with open(path, "w") as f:
+                json.dump({**summary, "versions": versions, "code": {"commit": commit, "dirty": False}}, f)
+    text = aggregate([root], reps=50).markdown
+    assert "td3/hopper: runs made by different code or libraries, tensorflow (2.20.0: 1 run(s), 2.21.0: 1 run(s))" in text
+    assert "numpy" not in text and "commit" not in text  # the same in every run of its group
+    assert "ddpg/hopper: 1 run(s) record no code or library versions" in text and "seed=4" in text
+    assert "ddpg/hopper: runs made by different" not in text
+
+
 def test_a_summary_older_than_the_last_evaluation_is_incomplete(tmp_path):
     root = str(tmp_path / "sweep")
     make_run(os.path.join(root, "0"), seed=0, returns=(0.0, 10.0, 20.0))

@@ -41,7 +41,28 @@ def test_checkpoints_are_complete_and_pruned(reference):
     for d in glob.glob(str(reference / "checkpoints" / "step_*")):
         meta = json.load(open(os.path.join(d, "meta.json")))
         assert set(meta["files"]) >= {"agent.index", "buffer.npz", "state.json", "state.npz"}
+        assert meta["versions"] == json.loads((reference / "summary.json").read_text())["versions"]
     assert not glob.glob(str(reference / "checkpoints" / "*.tmp"))
+
+
+def test_a_run_records_the_commit_and_the_library_versions_that_made_it(reference):
+    """summary.json (and each checkpoint's meta.json, above) name the project's commit, whether its
+    tracked files had changes, and the versions of Python and the libraries behind the numbers."""
+    import platform
+    import subprocess
+
+    import gymnasium
+    import mujoco
+    import tensorflow as tf
+
+    summary = json.loads((reference / "summary.json").read_text())
+    versions = summary["versions"]
+    assert (versions["python"], versions["tensorflow"], versions["gymnasium"], versions["mujoco"]) == (
+        platform.python_version(), tf.__version__, gymnasium.__version__, mujoco.__version__)
+    assert {"keras", "numpy", "dm-control", "ale-py"} <= set(versions) and all(versions.values())
+    head = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:  # a git checkout (CI's is)
+        assert summary["code"]["commit"] == head.stdout.strip() and isinstance(summary["code"]["dirty"], bool)
 
 
 def test_tensorboard_events_hold_the_named_scalars(reference):

@@ -38,6 +38,7 @@ import numpy as np
 from training import plaindata
 from training.config import override
 from training.faults import WRITE_FAULTS, write_failure
+from training.provenance import provenance
 from training.resume import described_today
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -185,7 +186,7 @@ class Checkpointer:
             with open(path, "rb+") as f:
                 os.fsync(f.fileno())
             files[name] = _sha256(path)
-        meta = {"step": int(step), "time": time.time(), "files": files, **self.describe}
+        meta = {"step": int(step), "time": time.time(), "files": files, **self.describe, **provenance()}
         self._writing = os.path.join(tmp, "meta.json")
         with open(self._writing, "w") as f:
             json.dump(meta, f, indent=2)

@@ -23,6 +23,7 @@ from training.faults import Diverged, check_finite
 from training.loggers import ConsoleLogger, CSVLogger, MultiLogger, TensorBoardLogger, WandbLogger
 from training.families import family_of
 from training.loop import LoopHooks
+from training.provenance import provenance
 from training.resume import env_label, hydra_record
 from training.runlock import RunDirLock
 from training.speed import Speed
@@ -271,7 +272,7 @@ def drive(cfg: DictConfig, run_dir: str, parts, logger: MultiLogger, speed: dict
         # what aggregate.py reads to count the run as diverged, not as an unfinished one
         _close(logger, parts)
         write_summary(run_dir, {"steps": err.step, "diverged_at": err.step, "stopped": False, "final_return": float("nan"),
-                                "run_dir": run_dir, **run_identity(cfg, run_dir), **speed})
+                                "run_dir": run_dir, **run_identity(cfg, run_dir), **speed, **provenance()})
         raise
     except BaseException:
         _close(logger, parts)  # a second error while closing (the same full disk) must not hide the first
@@ -282,6 +283,7 @@ def drive(cfg: DictConfig, run_dir: str, parts, logger: MultiLogger, speed: dict
     summary["run_dir"] = run_dir
     summary.update(run_identity(cfg, run_dir))
     summary.update(speed)  # what `auto` decided on this machine
+    summary.update(provenance())  # the commit and library versions that made it
     if not summary["stopped"]:
         write_summary(run_dir, summary)
     return summary
