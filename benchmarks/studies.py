@@ -99,11 +99,12 @@ STUDIES: dict[str, tuple[str, list[Run]]] = {
         "MR.Q (tfrl) on DMC walker-walk and cheetah-run from states, conf/tuned/mrq_dmc.yaml (the author's action "
         "repeat of 2, an evaluation every 5k), 50k agent steps (100k frames), beside the author's published 10 seeds "
         "(facebookresearch/MRQ results/dmc_results.txt); and agent.encoder_schedule=fused against the author's "
-        "schedule on walker-walk",
+        "schedule on walker-walk; and the author's code on walker-walk, the referee where tfrl's runs leave the band",
         grid(["tfrl"], "mrq", [DMC_TASKS[1]], range(3), ["total_steps=50000"])
         + grid(["tfrl"], "mrq", [("walker_walk_fused", [*DMC_TASKS[1][1], "agent.encoder_schedule=fused"])], range(3),
                ["total_steps=50000"])
-        + grid(["tfrl"], "mrq", [DMC_TASKS[0]], range(3), ["total_steps=50000"])),
+        + grid(["tfrl"], "mrq", [DMC_TASKS[0]], range(3), ["total_steps=50000"])
+        + grid(["author"], "mrq", [DMC_TASKS[1]], range(3), ["total_steps=50000"])),
 }
 
 
