@@ -153,6 +153,8 @@ def test_smoke_run_just_past_learning_starts(tmp_path, agent):
                                                     "CleanRL: log(1 - a^2 + eps); 0: the exact log(1 - tanh(u)^2)), got -1"),
         (["+network.hiden=[64]"], "network.hiden: not a setting of networks.mlp.mlp, whose settings are"),
         (["+agent.lr=0.001"], "agent.lr: not a setting of agents.td3.TD3, whose settings are"),
+        (["agent=mrq", "+agent.dyn_weigth=1"], "agent.dyn_weigth: not a setting of agents.mrq.MRQ, whose settings are obs_shape, "
+                                               "network, rng, action_low, action_high, num_actions, target_update_every,"),
         (["speed.vectorization=threads"], "speed.vectorization must be sync or async, got 'threads'; set speed.vectorization=sync."),
         (["num_envs=0"], "num_envs must be a positive integer, got 0; set e.g. num_envs=1."),
         (["total_steps=abc"], "total_steps must be a positive integer, got 'abc'; set e.g. total_steps=1000."),

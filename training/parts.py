@@ -19,12 +19,19 @@ def check_settings(node: DictConfig, group: str) -> None:
     key added with `+` as Hydra suggests for one), naming the settings it has, before building."""
     import inspect
 
+    import dataclasses
+
     try:
-        params = inspect.signature(get_object(node._target_)).parameters
+        target = get_object(node._target_)
+        params = dict(inspect.signature(target).parameters)
     except Exception:  # not importable or no signature: instantiate reports it
         return
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return
+        settings = getattr(target, "SETTINGS", None)  # `**settings` declared as a dataclass (agents.mrq)
+        if not dataclasses.is_dataclass(settings):
+            return
+        params = {k: p for k, p in params.items() if p.kind is not inspect.Parameter.VAR_KEYWORD}
+        params.update({f.name: f for f in dataclasses.fields(settings)})
     unknown = [str(k) for k in node if not str(k).startswith("_") and k not in params]
     if unknown:
         settings = ", ".join(p for p in params if p != "self")

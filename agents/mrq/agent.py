@@ -19,6 +19,7 @@ from agents.mrq.settings import Settings
 
 class MRQ:
     ACTION_KIND: ClassVar[str] = "any"
+    SETTINGS: ClassVar[type] = Settings  # what `**settings` takes (the config check reads it)
     needs = Needs()  # its instances declare theirs
 
     def __init__(self, obs_shape: tuple[int, ...], network: MRQNetworks, rng: np.random.Generator,
@@ -28,7 +29,7 @@ class MRQ:
         if not isinstance(network, MRQNetworks):
             raise ValueError("agent=mrq builds its encoders, policy and value networks from network=mrq (its default); "
                              "leave the network group out of the command, or set network=mrq.")
-        self.settings = s = Settings.of(**settings)
+        self.settings = s = Settings(**settings)
         s.check_model(network.linear_model)
         self.discrete = num_actions is not None
         self.box = None if self.discrete else ActionBox(action_low, action_high)

@@ -2,7 +2,7 @@
 `Hyperparameters`), each checked once with a message that names the key and what it must be."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from agents import checks
 
@@ -42,17 +42,6 @@ class Settings:
     target_encoder: bool = True
     encoder_loss: str = "model"  # or value ("No MR")
     encoder_schedule: str = "author"  # or fused (the agent's docstring)
-
-    @classmethod
-    def of(cls, **given) -> Settings:
-        """The settings given, refusing a key MR.Q does not have (a typo) with the list of those it has."""
-        known = [f.name for f in fields(cls)]
-        unknown = [key for key in given if key not in known]
-        if unknown:
-            raise ValueError(f"{', '.join(f'agent.{k}' for k in unknown)}: not a setting of agents.mrq.MRQ, whose "
-                             f"settings are {', '.join(known)}. Correct the key (`python train.py --cfg job` prints "
-                             f"the composed config).")
-        return cls(**given)
 
     def __post_init__(self):
         checks.integer(self.target_update_every, "target_update_every",
