@@ -1,4 +1,4 @@
-"""Contract tests run over every continuous-action agent."""
+"""Contract tests: every agent of the registry (tests/registry.py), and the deterministic family's own."""
 import functools
 import os
 
@@ -14,10 +14,10 @@ from buffers.types import Batch
 from hand_nets import policy, q_value
 from helpers import random_batch
 from networks.mlp import mlp
+import registry
 
-AGENTS = [TD3, DDPG]
-OBS, ACT = 5, 2
-LOW, HIGH = np.array([-1.0, 0.0]), np.array([1.0, 3.0])
+DETERMINISTIC = [TD3, DDPG]  # the deterministic family: its metrics by numpy, sharding, bfloat16, numpy acting
+OBS, ACT, LOW, HIGH = registry.OBS, len(registry.LOW), registry.LOW, registry.HIGH
 net = functools.partial(mlp, hidden=[16, 16])
 
 
@@ -74,38 +74,15 @@ def network_weights(agent):
     return {n: [w.copy() for w in getattr(agent, n).get_weights()] for n in names}
 
 
-@pytest.mark.parametrize("cls", AGENTS)
-def test_update_is_traced_once_per_run(cls):
+@pytest.mark.parametrize("cls", DETERMINISTIC)
+def test_deterministic_updates_metrics_are_their_formulas_in_numpy(cls):
     agent = make(cls, **({"target_noise": 0.0} if cls is TD3 else {}))  # no noise: the last update is recomputed below
     rng = np.random.default_rng(1)
-    for n in (32, 32, 64, 17):  # new values and new batch sizes must not retrace
+    for n in (32, 17):
         before, b = network_weights(agent.agent), batch(rng, n)
         metrics = agent.update(one(b))
-    assert agent.update_trace_count == 1
-    assert int(agent.agent.updates.numpy()) == 4
-    for key, value in metrics_by_numpy(agent.agent, before, b).items():  # TD3's 4th update is a delayed one
+    for key, value in metrics_by_numpy(agent.agent, before, b).items():  # TD3's 2nd update is a delayed one
         np.testing.assert_allclose(metrics[key], value, rtol=1e-4, atol=1e-5, err_msg=key)
-    assert metrics["td_error"].shape == (17,)  # per-sample, for prioritized replay
-
-
-@pytest.mark.parametrize("cls", AGENTS)
-def test_act_is_batched_bounded_and_noise_only_when_exploring(cls):
-    agent = make(cls)
-    obs = np.random.default_rng(2).normal(size=(7, OBS)).astype(np.float32)
-    greedy = agent.act(obs, explore=False)
-    assert greedy.shape == (7, ACT) and greedy.dtype == np.float32
-    np.testing.assert_array_equal(greedy, agent.act(obs, explore=False))
-    noisy = agent.act(obs, explore=True)
-    assert np.all(noisy >= LOW) and np.all(noisy <= HIGH)
-    assert not np.allclose(noisy, greedy)
-
-
-@pytest.mark.parametrize("cls", AGENTS)
-def test_trackables_hold_every_stateful_part(cls):
-    agent = make(cls)
-    t = agent.trackables()
-    assert {"actor", "actor_target", "actor_optimizer", "critic_optimizer", "updates", "tf_rng"} <= set(t)
-    assert all(v is not None for v in t.values())
 
 
 def test_bad_agent_arguments_are_named():
@@ -117,7 +94,7 @@ def test_bad_agent_arguments_are_named():
         make(TD3, compile="turbo")
 
 
-@pytest.mark.parametrize("cls", AGENTS)
+@pytest.mark.parametrize("cls", DETERMINISTIC)
 @pytest.mark.parametrize("mode", ["eager", "graph"])
 def test_numpy_fast_act_matches_tensorflow_and_is_never_stale(cls, mode):
     fast, plain = make(cls, mode, numpy_acting=True), make(cls, mode, numpy_acting=False)
@@ -179,7 +156,7 @@ def test_batch_shards_compute_the_same_updates(cls, kwargs, shards):
     assert sharded.update_trace_count == 1
 
 
-@pytest.mark.parametrize("cls", AGENTS)
+@pytest.mark.parametrize("cls", DETERMINISTIC)
 def test_bfloat16_update_precision_runs_the_updates_matmuls_only_in_bfloat16(cls, kernel_dtypes):
     """speed.update_precision=bfloat16: every matmul of the update is bfloat16 (float32 ones: none), the
     update stays close to the float32 one without being it, the weights stay float32, and acting
@@ -216,19 +193,6 @@ def test_batch_shards_must_be_a_positive_integer():
     for bad in (0, -2, 1.5, True):
         with pytest.raises(ValueError, match="batch_shards must be a positive integer"):
             make(TD3, batch_shards=bad)
-
-
-@pytest.mark.parametrize("cls", AGENTS)
-def test_policy_module_acts_like_the_agent_in_this_process(cls):
-    """`module(obs)` works before export too (it is what gets saved), for any batch size."""
-    agent = make(cls)
-    agent.update(one(batch(np.random.default_rng(7))))
-    from agents.export import PolicyModule
-
-    module = PolicyModule(agent.agent)
-    obs = np.random.default_rng(8).normal(size=(6, OBS)).astype(np.float32)
-    np.testing.assert_allclose(module(obs).numpy(), agent.act(obs, explore=False), rtol=1e-5, atol=1e-6)
-    assert module(obs[:1]).shape == (1, ACT)
 
 
 @pytest.mark.parametrize("agent_name", ["td3", "ddpg", "dqn"])
@@ -323,36 +287,16 @@ def test_numpys_blas_runs_one_thread_unless_the_shell_says_otherwise(shell, thre
     assert proc.stdout.strip() == str(threads)
 
 
-# --- Every continuous agent: how the update runs never changes what it computes ------------------
-
-def continuous(name: str, compile: str = "graph", seed: int = 0, **kwargs):
-    """TD3, DDPG, SAC, CrossQ (Batch Renormalization in its networks) or TD7 (SALE networks) on this
-    file's spaces, compiled as the loop drives them."""
-    import keras
-
-    from agents.crossq import CrossQ
-    from agents.sac import SAC
-    from agents.td7 import TD7
-    from networks.sale import SALE
-
-    keras.utils.set_random_seed(seed)
-    rng = np.random.default_rng(seed)
-    if name in ("td3", "ddpg", "sac"):
-        agent = {"td3": TD3, "ddpg": DDPG, "sac": SAC}[name](OBS, LOW, HIGH, net, rng, **kwargs)
-    elif name == "crossq":
-        agent = CrossQ(OBS, LOW, HIGH, functools.partial(mlp, hidden=[16, 16], batch_renorm=True, renorm_warmup=4),
-                       rng, policy_delay=2, **kwargs)
-    else:
-        agent = TD7(OBS, LOW, HIGH, SALE(zs_dim=8, encoder_hidden=16, critic_hidden=16, actor_hidden=16), rng,
-                    target_update_every=3, **kwargs)
-    return CompiledAgent(agent, compile=compile)
-
+# --- Every agent that updates: how the update runs never changes what it computes ---------------
 
 def state_arrays(agent) -> dict:
     """Every number a checkpoint holds: networks' weights (Batch Renormalization's running
     statistics included), optimizers' moments, counters, the RNG's state."""
     out = {}
     for name, t in (agent.trackables() if isinstance(agent, CompiledAgent) else tracked(agent)).items():
+        if hasattr(t, "serialize"):  # Python state a checkpoint holds (DQN's step counter)
+            out[name] = [np.asarray(float(t.serialize()))]
+            continue
         variables = getattr(t, "weights", None) or getattr(t, "variables", None)
         if variables is None:
             variables = [t.state] if hasattr(t, "state") else [t]
@@ -360,52 +304,123 @@ def state_arrays(agent) -> dict:
     return out
 
 
-# XLA for TD3 (the deterministic family) and CrossQ (whose many small Batch Renormalization ops
-# are why speed=fast compiles it with XLA); the others' XLA compiles cost a minute each here.
-# XLA lowers tf.random.Generator.normal to another sampler (same seed, other numbers): TD3's
-# smoothing noise is off wherever XLA is compared with graph mode, and CrossQ's policy samples
-# cannot be, so its XLA update is compared with itself (fused against one by one) only.
-NO_NOISE = {"td3": {"target_noise": 0.0}}
+def greedy_obs(rng, n):
+    return rng.normal(size=(n, registry.OBS)).astype(np.float32)
 
 
-@pytest.mark.parametrize("name,mode", [("td3", "eager"), ("td3", "xla"), ("ddpg", "eager"), ("sac", "eager"),
-                                       ("crossq", "eager"), ("td7", "eager")])
+@pytest.mark.parametrize("name,mode", [(name, mode) for name in registry.UPDATING
+                                       for mode in registry.AGENTS[name].compare])
 def test_compile_modes_compute_the_same_updates(name, mode):
     """eager, graph and XLA are one algorithm: same seed, same batches, every checkpointed number
-    equal after (to float rounding; XLA fuses differently), and the same actions."""
-    kwargs = NO_NOISE.get(name, {}) if mode == "xla" else {}
-    graph, other = continuous(name, "graph", **kwargs), continuous(name, mode, **kwargs)
+    equal after (to float rounding; XLA fuses differently), and the same actions. (XLA compiles cost
+    a minute each for most agents here: the registry names the modes compared.)"""
+    settings = registry.AGENTS[name].xla_settings if mode == "xla" else {}
+    graph, other = registry.build(name, "graph", **settings), registry.build(name, mode, **settings)
     rng = np.random.default_rng(3)
     for _ in range(4):
-        b = batch(rng)
-        m_g, m_o = graph.update(one(b)), other.update(one(b))
+        b = registry.inputs(name, rng, graph.agent)
+        m_g, m_o = graph.update(b), other.update(b)
     for k in m_g:
         np.testing.assert_allclose(m_o[k], m_g[k], rtol=1e-3, atol=1e-5, err_msg=k)
     assert_same_state(graph.agent, other.agent, rtol=1e-3 if mode == "xla" else 1e-4)
-    obs = rng.normal(size=(3, OBS)).astype(np.float32)
+    obs = greedy_obs(rng, 3)
     np.testing.assert_allclose(other.act(obs, False), graph.act(obs, False), rtol=1e-4, atol=1e-5)
     assert graph.update_trace_count == 1
 
 
-@pytest.mark.parametrize("name,mode", [("td3", "eager"), ("td3", "graph"), ("td3", "xla"), ("ddpg", "graph"),
-                                       ("sac", "graph"), ("crossq", "graph"), ("crossq", "xla"), ("td7", "graph")])
+@pytest.mark.parametrize("name,mode", [(name, mode) for name in registry.UPDATING
+                                       for mode in registry.AGENTS[name].fused])
 def test_fused_updates_equal_the_same_updates_one_by_one(name, mode):
     """K stacked batches in one call are K updates in order: each K's metrics equal the last
     one-by-one update's (td_error of all K batches), and every checkpointed number after them
-    (TD3's delay, CrossQ's renorm statistics through its warm-up, TD7's target copies every 3
-    updates and its clipping range, the temperature) equals the one-by-one run's; traced once."""
-    kwargs = NO_NOISE.get(name, {}) if mode == "xla" else {}
+    (TD3's delay, CrossQ's renorm statistics through its warm-up, the target copies every 3
+    updates of TD7, DQN and MR.Q, TD7's clipping range, MR.Q's reward scales, the temperature)
+    equals the one-by-one run's; traced once."""
+    settings = registry.AGENTS[name].xla_settings if mode == "xla" else {}
     # XLA compiles each K anew (15 s for CrossQ here): two Ks, still past CrossQ's warm-up of 4
     ks = (3, 5) if mode == "xla" else (3, 5, 1)
-    one_by_one, fused = continuous(name, mode, **kwargs), continuous(name, mode, **kwargs)
-    for k, m_ref, m_fused in fused_and_one_by_one(fused, one_by_one, np.random.default_rng(5), ks):
-        assert m_fused["td_error"].shape == (k * 32,)
+    one_by_one, fused = registry.build(name, mode, **settings), registry.build(name, mode, **settings)
+    rng = np.random.default_rng(5)
+    for k in ks:
+        singles, batches = registry.stacked(name, rng, fused.agent, k)
+        for b in singles:
+            m_ref = one_by_one.update(b)
+        m_fused = fused.update(batches)
         for key in m_ref:
+            if key == "td_error":  # per sample, for prioritized replay: all K batches'
+                assert m_fused[key].shape == (k * 32,)
             np.testing.assert_allclose(m_fused[key][-32:] if key == "td_error" else m_fused[key], m_ref[key],
                                        rtol=1e-4, atol=1e-5, err_msg=key)
     assert int(fused.agent.updates.numpy()) == int(one_by_one.agent.updates.numpy()) == sum(ks)
     assert_same_state(one_by_one.agent, fused.agent)
-    obs = np.random.default_rng(6).normal(size=(4, OBS)).astype(np.float32)
+    obs = greedy_obs(np.random.default_rng(6), 4)
     np.testing.assert_allclose(fused.act(obs, False), one_by_one.act(obs, False), rtol=1e-4, atol=1e-5)
     if mode != "eager":
         assert fused._update_many.experimental_get_tracing_count() == 1
+
+
+# --- Every agent of the registry: the contract the loop, checkpoints and export rely on -------------
+
+@pytest.mark.parametrize("name", registry.UPDATING)
+def test_update_is_traced_once_per_run(name):
+    learner, rng = registry.build(name), np.random.default_rng(1)
+    for n in (32, 32, 64, 17):  # new values and new batch sizes must not retrace
+        metrics = learner.update(registry.inputs(name, rng, learner.agent, n))
+    assert learner.update_trace_count == 1
+    assert int(learner.agent.updates.numpy()) == 4
+    if "td_error" in metrics:  # per sample, for prioritized replay
+        assert metrics["td_error"].shape == (17,)
+
+
+@pytest.mark.parametrize("name", registry.UPDATING)
+def test_act_is_batched_in_the_action_space_and_explores_only_when_asked(name):
+    learner = registry.build(name, **({"eps_start": 1.0} if name == "dqn" else {}))
+    obs = greedy_obs(np.random.default_rng(2), 40)
+    greedy = learner.act(obs, explore=False)
+    np.testing.assert_array_equal(greedy, learner.act(obs, explore=False))
+    explored = learner.act(obs, explore=True)
+    if registry.AGENTS[name].discrete:
+        assert greedy.shape == (40,) and np.issubdtype(greedy.dtype, np.integer)
+        assert set(np.unique(explored)) <= set(range(registry.NUM_ACTIONS))
+    else:
+        assert greedy.shape == (40, ACT) and greedy.dtype == np.float32
+        assert np.all(explored >= LOW) and np.all(explored <= HIGH)
+    assert not np.array_equal(explored, greedy)
+
+
+@pytest.mark.parametrize("name", registry.UPDATING)
+def test_trackables_hold_every_stateful_part(name, tmp_path):
+    """What trackables() hands the checkpoint is the whole agent: an agent of another seed restored
+    from it after 2 updates continues with the same 2 updates (optimizer moments, counters, target
+    copies, in-graph noise included) and acts the same."""
+    import tensorflow as tf
+
+    saved, other = registry.build(name, seed=0), registry.build(name, seed=1)
+    rng = np.random.default_rng(3)
+    for _ in range(2):
+        saved.update(registry.inputs(name, rng, saved.agent))
+    assert all(v is not None for v in saved.trackables().values())
+    path = tf.train.Checkpoint(**saved.trackables()).write(str(tmp_path / "agent"))
+    tf.train.Checkpoint(**other.trackables()).read(path).assert_consumed()
+    other.refresh()
+    for _ in range(2):
+        b = registry.inputs(name, rng, saved.agent)
+        m_saved, m_other = saved.update(b), other.update(b)
+        for key in m_saved:
+            np.testing.assert_array_equal(m_other[key], m_saved[key], err_msg=key)
+    assert_same_state(saved.agent, other.agent, rtol=0)
+    obs = greedy_obs(rng, 5)
+    np.testing.assert_array_equal(other.act(obs, False), saved.act(obs, False))
+
+
+@pytest.mark.parametrize("name", registry.UPDATING)
+def test_policy_module_acts_like_the_agent_in_this_process(name):
+    """`module(obs)` works before export too (it is what gets saved), for any batch size."""
+    from agents.export import PolicyModule
+
+    learner = registry.build(name)
+    learner.update(registry.inputs(name, np.random.default_rng(7), learner.agent))
+    module = PolicyModule(learner.agent)
+    obs = greedy_obs(np.random.default_rng(8), 6)
+    np.testing.assert_allclose(module(obs).numpy(), learner.act(obs, explore=False), rtol=1e-5, atol=1e-6)
+    assert module(obs[:1]).shape[0] == 1

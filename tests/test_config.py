@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf, open_dict
 
+from registry import AGENTS
 from training.builder import build_run
 
 CONF = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
@@ -38,7 +39,7 @@ def valid_combinations():
             if buffer == "uniform" and network not in ("dueling_mlp", "sale", *CNNS):
                 yield agent, network, buffer, env
             continue
-        discrete_agent = agent == "dqn"
+        discrete_agent = AGENTS[agent].discrete  # tests/registry.py
         if discrete_agent != (env in DISCRETE_ENVS):
             continue  # the action space does not fit: refused with a message (test_train_cli)
         if network == "dueling_mlp" and not discrete_agent:

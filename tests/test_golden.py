@@ -46,6 +46,8 @@ import traceback
 import numpy as np
 import pytest
 
+from registry import AGENTS
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN_DIR = os.path.join(ROOT, "tests", "golden")
 REGENERATE = "uv run python -m tests.golden"
@@ -60,30 +62,9 @@ FORMAT = 1  # of the records: a golden file of another format is regenerated, no
 COMMON = ["seed=0", "deterministic=true", "speed=plain", "speed.threads.inter_op=1", "speed.threads.intra_op=1",
           "speed.batch_shards=1", "logger.progress=false", "logger.tensorboard=false", "logger.every=100",
           "checkpoint.every=0", "eval_episodes=1"]
-OFF_POLICY = ["total_steps=300", "learning_starts=100", "eval_every=300", "batch_size=32", "network.hidden=[32,32]"]
-# conf/tuned/dqn_cartpole.yaml applies: its update cadence (0.5 per step, every 256 steps) set back to one per step
-DQN = ["agent=dqn", "env=cartpole", *OFF_POLICY, "updates_per_step=1", "train_every=1", "agent.eps_decay_steps=200",
-       "agent.target_update_every=50"]
-
-# case name -> the overrides of its run: 200 updates each (the GA: generations of 8 until 1500 env steps)
-CASES: dict[str, list[str]] = {
-    "td3": ["agent=td3", "env=pendulum", *OFF_POLICY],
-    "ddpg": ["agent=ddpg", "env=pendulum", *OFF_POLICY],
-    "sac": ["agent=sac", "env=pendulum", *OFF_POLICY],
-    "crossq": ["agent=crossq", "env=pendulum", *OFF_POLICY, "network.actor_hidden=[32,32]", "network.renorm_warmup=100"],
-    # TD7 trains at episode ends: episodes of 100 steps, the policy acting from the end of the one at 200,
-    # two phases of 100 updates at 300 and 400, two target copies. (Over 400 updates, the runs with and
-    # without oneDNN's kernels drifted 300x the tolerance apart: too long to compare across CPUs.)
-    "td7": ["agent=td7", "env=pendulum", "env.max_episode_steps=100", "total_steps=400", "learning_starts=100",
-            "eval_every=400", "batch_size=32", "network.zs_dim=8", "network.encoder_hidden=16",
-            "network.critic_hidden=16", "network.actor_hidden=16", "agent.target_update_every=100",
-            "buffer.max_reset_every=100"],
-    "dqn": [*DQN, "agent.double=false"],  # conf/tuned/dqn_cartpole.yaml's plain DQN target
-    "dqn_dueling_prioritized_nstep": [*DQN, "network=dueling_mlp", "network.hidden=[32,32]", "buffer=prioritized",
-                                      "buffer.n_step=3", "agent.double=true"],
-    "ga": ["agent=ga", "env=cartpole", "agent.population=8", "network.hidden=[8]", "total_steps=1500",
-           "eval_every=1500"],
-}
+# case name -> the overrides of its run, from each agent's entry in tests/registry.py: 200 updates each
+# (the GA: generations of 8 until 1500 env steps)
+CASES: dict[str, list[str]] = {case: overrides for entry in AGENTS.values() for case, overrides in entry.golden.items()}
 # wall-clock figures: never part of a golden record
 CLOCK = {"steps_per_second", "generations_per_second", "act_ms_per_step", "env_ms_per_step", "wall_time"}
 

@@ -9,12 +9,10 @@ import numpy as np
 import pytest
 from tensorflow.python.framework import kernels
 
-from agents.ddpg import DDPG
+import registry
 from agents.dqn import DQN
-from agents.sac import SAC
-from agents.td3 import TD3
 from helpers import compiled
-from networks.mlp import dueling_mlp, mlp
+from networks.mlp import dueling_mlp
 
 STRUCTURAL = {"Placeholder", "NoOp"}  # graph plumbing: placed by the runtime, no kernel of their own to run
 
@@ -36,24 +34,24 @@ def without_gpu_kernel(ops: set[str]) -> set[str]:
     return {op for op in ops - STRUCTURAL if not on_gpu(op)}
 
 
-net = functools.partial(mlp, hidden=[8, 8])
-AGENTS = {
-    "td3": lambda: TD3(3, np.array([-1.0, 0.0]), np.array([1.0, 2.0]), net, np.random.default_rng(0)),
-    "ddpg": lambda: DDPG(3, np.array([-1.0, 0.0]), np.array([1.0, 2.0]), net, np.random.default_rng(0), critic_l2=0.01),
-    "sac": lambda: SAC(3, np.array([-1.0, 0.0]), np.array([1.0, 2.0]), net, np.random.default_rng(0)),
-    "dqn": lambda: DQN(3, 4, net, np.random.default_rng(0)),
-    "dqn_dueling_soft": lambda: DQN(3, 4, functools.partial(dueling_mlp, hidden=[8, 8]), np.random.default_rng(0), tau=0.5),
-}
 SPEEDS = {"plain": {}, "shards_bf16": {"batch_shards": 2, "update_precision": "bfloat16"}}
 
 
 @pytest.mark.parametrize("speed", list(SPEEDS))
-@pytest.mark.parametrize("name", list(AGENTS))
+@pytest.mark.parametrize("name", [*registry.UPDATING, "dqn_dueling_soft", "mrq_author_schedule"])
 def test_every_op_of_the_compiled_update_has_a_gpu_kernel(name, speed):
-    learner = compiled(AGENTS[name](), **SPEEDS[speed])
+    if name == "dqn_dueling_soft":  # DQN's other network and its soft target update
+        learner = compiled(DQN(3, 4, functools.partial(dueling_mlp, hidden=[8, 8]), np.random.default_rng(0), tau=0.5),
+                           **SPEEDS[speed])
+    elif name == "mrq_author_schedule":  # MR.Q's default: its encoder trains in a block call of its own
+        learner = registry.build("mrq", encoder_schedule="author", **SPEEDS[speed])
+    else:
+        learner = registry.build(name, **SPEEDS[speed])
     single = learner.update_graph()
     fused = learner._update_many.get_concrete_function().graph
-    for graph in (single, fused):
+    blocks = [learner.block_graph()] if getattr(learner, "block", None) is not None else []
+    assert len(blocks) == (name == "mrq_author_schedule")
+    for graph in (single, fused, *blocks):
         ops = graph_ops(graph)
         assert "MatMul" in ops and len(ops) > 20  # the walk reached the maths
         assert without_gpu_kernel(ops) == set()
