@@ -8,8 +8,7 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Literal, Protocol
+from typing import Any, Callable, ClassVar, Protocol
 
 import keras
 import numpy as np
@@ -17,6 +16,7 @@ import tensorflow as tf
 
 from agents import checks
 from agents.acting import Forward
+from agents.needs import Needs
 from agents.replay import Block, Transitions
 from buffers.types import Batch, obs_shape_of
 
@@ -39,11 +39,9 @@ def vector_obs(obs_shape, agent: str) -> int:
     what takes images."""
     shape = obs_shape_of(obs_shape)
     if len(shape) != 1:
-        raise ValueError(
-            f"{agent} takes vector observations, but this env's are images of shape {shape}. Image observations "
-            f"train with agent=dqn, td3, ddpg or sac and a convolutional network (network=nature_cnn, minatar_cnn "
-            f"or impala_cnn), or pick an env with vector observations."
-        )
+        raise ValueError(f"{agent} takes vector observations, but this env's are images of shape {shape}. Image "
+                         f"observations train with agent=mrq, or with agent=dqn, td3, ddpg or sac and a convolutional "
+                         f"network (network=nature_cnn, minatar_cnn or impala_cnn); or pick an env with vector observations.")
     return shape[0]
 
 
@@ -66,56 +64,6 @@ def critic_input(obs: tf.Tensor, action: tf.Tensor):
     """A critic's input for Q(s, a): the two concatenated for vectors; for images the pair, which
     the convolutional critic joins after its convolutions (`networks.cnn`)."""
     return [obs, action] if len(obs.shape) == 4 else tf.concat([obs, action], axis=-1)
-
-
-@dataclass(frozen=True)
-class PolicyCheckpoints:
-    """TD7's policy checkpoints (sfujim/TD7's `maybe_train_and_checkpoint`; training/assessment.py
-    runs them): the agent trains at episode ends; before it does, the policy that acted is kept as
-    the evaluation policy if the lowest return of the episodes that assessed it (1, or `episodes`
-    once `after` updates are done) was not below the kept one's, which is scaled by `reset_weight`
-    at that point. An episode below it ends the assessment early."""
-
-    episodes: int = 20
-    after: int = 750_000
-    reset_weight: float = 0.9
-
-    def __post_init__(self):  # the settings are TD7's agent.checkpoint_* keys
-        checks.integer(self.episodes, "checkpoint_episodes", "an integer >= 1 (20 in TD7)")
-        checks.integer(self.after, "checkpoint_after", "an integer >= 1 (750000 in TD7)")
-        checks.number(self.reset_weight, "checkpoint_reset_weight", "in (0, 1] (0.9 in TD7)", lambda x: 0 < x <= 1)
-
-
-@dataclass(frozen=True)
-class LapReplay:
-    """The replay a LAP loss is defined on (Fujimoto et al. 2020): sampled by priorities floored
-    at `min_priority`, no importance weights, the largest priority reset every `reset_every` updates."""
-
-    min_priority: float
-    reset_every: int
-
-
-@dataclass(frozen=True)
-class Needs:
-    """What an agent asks of the runner beyond the Agent protocol, declared here and read by
-    training/, never probed for:
-    - `population`: trained by generations (training/evolution.py), not from replay (agents/ga.py);
-    - `evaluation`: the network evaluation and export act with, when it is not `acting` (TD7's
-      checkpoint policy); the runner copies `acting`'s weights into it when `policy_checkpoints` say so;
-    - `policy_checkpoints`: train at episode ends and keep the best assessed policy (TD7);
-    - `lap`: the critic loss is LAP's and needs LAP's replay (a LapReplay), or it is a squared
-      error that LAP's replay would bias (False), or the agent has no view (None);
-    - `replay`: what one update takes from replay (agents/replay.py): a Batch of transitions, or
-      MR.Q's transitions and runs;
-    - `block`: updates of one part run many in a row every so many updates, each on its own draw
-      (agents/replay.py: MR.Q's encoder in its author's schedule), or None."""
-
-    population: bool = False
-    evaluation: Forward | None = None
-    policy_checkpoints: PolicyCheckpoints | None = None
-    lap: LapReplay | Literal[False] | None = None
-    replay: Transitions = Transitions()
-    block: Block | None = None
 
 
 class Agent(Protocol):
@@ -234,66 +182,6 @@ def tracked(agent) -> dict[str, Any]:
                 seen.add(id(obj))
                 found[name.lstrip("_") + (f"_{field}" if field else "")] = obj
     return found
-
-
-class _OneKernelAdam:
-    """Adam's step by PyTorch's formula, the one every reference implementation trains with:
-    epsilon added to sqrt(v) after its bias correction, where Keras adds it before, so Keras' step
-    with epsilon * sqrt(1 - beta_2**t). (Keras' own 1e-8 acts as PyTorch's 1e-8 / sqrt(1 - beta_2**t),
-    3.2e-7 at the first step: enough to move the first few thousand steps of weights whose gradients
-    are that small, as MR.Q's policy's are; benchmarks/author_mrq_update_check.py.)
-
-    A variable of `ONE_KERNEL_FROM` elements or more is stepped as one kernel (TensorFlow's
-    ResourceApplyAdam, tf.keras 2's path) instead of eleven elementwise ops, each a pass over the
-    variable: the same formula, with 1 - beta rounded in float32 where the ops round it from a
-    double (steps differ in the last bit). Smaller variables take the ops: the kernel splits every
-    variable across the intra-op threads whatever its size, which costs more than it saves on a
-    small one (benchmarks/README.md, stop 53). amsgrad, which the kernel lacks, is Keras' own step."""
-
-    ONE_KERNEL_FROM = 16384
-
-    def update_step(self, gradient, variable, learning_rate):
-        if self.amsgrad:
-            return super().update_step(gradient, variable, learning_rate)
-        index = self._get_variable_index(variable)
-        dtype = variable.dtype
-        m, v = self._momentums[index], self._velocities[index]
-        step = tf.cast(self.iterations + 1, dtype)
-        beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
-        beta_1_power, beta_2_power = tf.pow(beta_1, step), tf.pow(beta_2, step)
-        lr, gradient = tf.cast(learning_rate, dtype), tf.cast(gradient, dtype)
-        correction_2 = tf.sqrt(1 - beta_2_power)  # sqrt(v)'s bias correction
-        epsilon = tf.cast(self.epsilon, dtype) * correction_2  # PyTorch's, in Keras' units
-        if variable.shape.num_elements() >= self.ONE_KERNEL_FROM:
-            handle = [(x.value if isinstance(x, keras.Variable) else x).handle for x in (variable, m, v)]
-            return tf.raw_ops.ResourceApplyAdam(
-                var=handle[0], m=handle[1], v=handle[2], beta1_power=beta_1_power, beta2_power=beta_2_power, lr=lr,
-                beta1=beta_1, beta2=beta_2, epsilon=epsilon, grad=gradient, use_locking=False)
-        alpha = lr * correction_2 / (1 - beta_1_power)
-        self.assign_add(m, keras.ops.multiply(keras.ops.subtract(gradient, m), 1 - self.beta_1))
-        self.assign_add(v, keras.ops.multiply(keras.ops.subtract(keras.ops.square(gradient), v), 1 - self.beta_2))
-        self.assign_sub(variable, keras.ops.divide(keras.ops.multiply(m, alpha), keras.ops.add(keras.ops.sqrt(v), epsilon)))
-
-
-class Adam(_OneKernelAdam, keras.optimizers.Adam):
-    pass
-
-
-class AdamW(_OneKernelAdam, keras.optimizers.AdamW):
-    """Keras' decoupled weight decay (one pass over the variable before the step), then Adam's step."""
-
-
-def adam(learning_rate: float, beta_1: float = 0.9) -> Adam:
-    """Adam with the reference implementations' (PyTorch's) epsilon 1e-8, Keras' default being 1e-7,
-    added where PyTorch adds it (see _OneKernelAdam)."""
-    return Adam(learning_rate=learning_rate, beta_1=beta_1, epsilon=1e-8)
-
-
-def adamw(learning_rate: float, weight_decay: float, variables: list) -> AdamW:
-    """AdamW with PyTorch's epsilon (torch.optim.AdamW's, as `adam`), built for `variables`."""
-    optimizer = AdamW(learning_rate=learning_rate, weight_decay=weight_decay, epsilon=1e-8)
-    optimizer.build(variables)
-    return optimizer
 
 
 def copy_of(online: keras.Model, target: keras.Model) -> keras.Model:

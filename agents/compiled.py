@@ -7,80 +7,19 @@ weights each call hands back as one more output of the same call.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from agents.augment import RandomShift
 from agents.base import Agent, tracked
+from agents.compiling import compile_fn
 from agents.replay import count, index, stacked
 from buffers.types import Batch
 from networks.normalization import RunningNormalizer
 from networks.precision import check_precision, matmul_precision
 from networks.sharding import batch_shards, check_shards
-
-COMPILE_MODES = ("eager", "graph", "xla")
-
-
-def compile_fn(fn: Callable, input_signature: list, mode: str) -> Callable:
-    """`fn` for the chosen execution mode: eager (plain Python), graph (tf.function) or xla
-    (tf.function with jit_compile). A fixed input_signature means one trace per run. Without
-    autograph: the updates branch and loop with tf.cond and tf.while_loop, so converting their
-    Python source on every trace (a second or more of each first update) buys nothing, and a Python
-    `if` on a tensor fails at the trace instead of being converted quietly."""
-    if mode == "eager":
-        return lambda *args: fn(*tf.nest.map_structure(tf.convert_to_tensor, args))
-    if mode in ("graph", "xla"):
-        return ConcreteCall(tf.function(fn, input_signature=input_signature, jit_compile=mode == "xla",
-                                        autograph=False))
-    raise ValueError(f"compile must be one of {COMPILE_MODES}, got {mode!r}")
-
-
-class ConcreteCall:
-    """A tf.function with a fixed input signature, called through its one concrete function's
-    flat entry point. With one signature there is one trace, so `tf.function.__call__`'s work on
-    every call (binding the arguments, looking up the trace, checking and flattening the
-    structure) buys nothing: skipping it saves about 1.5 ms of a TD3 update on Ant
-    (benchmarks/README.md). The inputs are converted to the signature's dtypes, as the public call
-    converts them. `_call_flat` is TF's private entry point (TF is pinned to 2.21.x); where it is
-    missing the public call is used, and tests/test_fast_paths.py fails to say the time is lost.
-    Traced on the first call, as a tf.function is."""
-
-    def __init__(self, function):
-        self.function = function
-        self._concrete = None
-        self._flat_call = None
-
-    def _trace(self) -> None:
-        self._concrete = self.function.get_concrete_function()
-        specs = tf.nest.flatten(self.function.input_signature)
-        captured = self._concrete.captured_inputs
-        flat_call = getattr(self._concrete, "_call_flat", None)
-        inputs = self._concrete.inputs
-        if flat_call is not None and len(specs) + len(captured) == len(inputs) and all(
-            s.dtype == i.dtype for s, i in zip(specs, inputs)
-        ):
-            dtypes = [s.dtype for s in specs]
-            self._flat_call = lambda args: flat_call(
-                [tf.convert_to_tensor(x, dtype=d) for x, d in zip(tf.nest.flatten(args), dtypes)], captured
-            )
-
-    def __call__(self, *args):
-        if self._concrete is None:
-            self._trace()
-        if self._flat_call is not None:
-            return self._flat_call(args)
-        return self._concrete(*tf.nest.map_structure(tf.convert_to_tensor, args))
-
-    def get_concrete_function(self):
-        if self._concrete is None:
-            self._trace()
-        return self._concrete
-
-    def experimental_get_tracing_count(self) -> int:
-        return self.function.experimental_get_tracing_count()
-
 
 class CompiledAgent:
     """`agent` with its update compiled. `update(batches)` runs K >= 1 updates in one call (one
@@ -94,8 +33,6 @@ class CompiledAgent:
     def __init__(self, agent: Agent, compile: str = "graph", update_precision: str = "float32",
                  batch_shards: int = 1, numpy_acting: bool = True, obs_norm: RunningNormalizer | None = None,
                  random_shift: RandomShift | None = None):
-        if compile not in COMPILE_MODES:
-            raise ValueError(f"compile must be one of {COMPILE_MODES}, got {compile!r}")
         self.agent = agent
         self.obs_norm = obs_norm
         self.random_shift = random_shift
@@ -260,52 +197,3 @@ class CompiledAgent:
         the fixed input signature without running an update."""
         fn = self._update_one
         return fn.get_concrete_function().graph if hasattr(fn, "get_concrete_function") else None
-
-
-class CompiledPopulation:
-    """A population agent (agents/ga.py) with its two graph calls compiled, each traced once:
-    `population_act` (all individuals' actions in one call per env step) and `evolve` (one
-    generation's operators). Evaluation acts with the agent's best individual in numpy. With
-    `obs_norm`, every individual and the best one see normalized observations, the statistics
-    updated from every observation of training (`observe`)."""
-
-    def __init__(self, agent, compile: str = "graph", numpy_acting: bool = True,
-                 obs_norm: RunningNormalizer | None = None):
-        if compile not in COMPILE_MODES:
-            raise ValueError(f"compile must be one of {COMPILE_MODES}, got {compile!r}")
-        self.agent = agent
-        self.obs_norm = obs_norm
-        agent.acting.use_numpy(numpy_acting)
-        obs = tf.TensorSpec([agent.population, *agent.obs_shape], tf.float32, name="obs")
-        self._act = compile_fn(agent.population_act, [obs], compile)
-        self._evolve = compile_fn(agent.evolve, [tf.TensorSpec([agent.population], tf.float32, name="fitness")], compile)
-
-    def population_act(self, obs: np.ndarray) -> np.ndarray:
-        obs = np.asarray(obs if self.obs_norm is None else self.obs_norm(obs), np.float32)
-        return self._act(obs).numpy()
-
-    def evolve(self, fitness: np.ndarray) -> None:
-        self._evolve(np.asarray(fitness, np.float32))
-        self.agent.acting.refresh()
-
-    def act(self, obs: np.ndarray, explore: bool = False) -> np.ndarray:
-        return self.agent.act(obs if self.obs_norm is None else self.obs_norm(obs), explore)
-
-    def observe(self, obs: np.ndarray) -> None:
-        if self.obs_norm is not None:
-            self.obs_norm.update(obs)
-
-    def refresh(self) -> None:
-        self.agent.acting.refresh()
-
-    def trackables(self) -> dict[str, Any]:
-        return {**self.agent.trackables(), **({"obs_norm": self.obs_norm} if self.obs_norm is not None else {})}
-
-    @property
-    def trace_counts(self) -> tuple[int, int]:
-        """How many times `population_act` and `evolve` have been traced (0 in eager mode)."""
-        return tuple(f.experimental_get_tracing_count() if hasattr(f, "experimental_get_tracing_count") else 0
-                     for f in (self._act, self._evolve))
-
-    def update_graph(self):
-        return None

@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from agents import checks, losses
-from agents.base import adam
+from agents.optimizers import adam
 from agents.deterministic import DeterministicActor
 from agents.sac import check_target_entropy
 from agents.stochastic import SquashedGaussianActor

@@ -15,7 +15,8 @@ import numpy as np
 import tensorflow as tf
 
 from agents import losses
-from agents.base import adam, check_tau, copy_of
+from agents.base import check_tau, copy_of
+from agents.optimizers import adam
 from agents.deterministic import DeterministicActor
 from buffers.types import Batch
 

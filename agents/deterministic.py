@@ -11,7 +11,9 @@ import tensorflow as tf
 
 from agents import losses
 from agents.acting import Forward
-from agents.base import ActionBox, Needs, adam, copy_of, critic_input, critic_network, network_input, tf_seed
+from agents.base import ActionBox, copy_of, critic_input, critic_network, network_input, tf_seed
+from agents.needs import Needs
+from agents.optimizers import adam
 from buffers.types import obs_shape_of
 
 

@@ -16,7 +16,9 @@ import tensorflow as tf
 
 from agents import checks, losses
 from agents.acting import Forward
-from agents.base import Needs, adam, check_tau, copy_of
+from agents.base import check_tau, copy_of
+from agents.needs import Needs
+from agents.optimizers import adam
 from buffers.types import Batch, obs_shape_of
 
 

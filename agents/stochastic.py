@@ -12,7 +12,8 @@ import tensorflow as tf
 
 from agents import checks, losses
 from agents.acting import Forward
-from agents.base import ActionBox, Needs, critic_network, network_input, tf_seed
+from agents.base import ActionBox, critic_network, network_input, tf_seed
+from agents.needs import Needs
 from buffers.types import obs_shape_of
 
 

@@ -25,7 +25,9 @@ import tensorflow as tf
 
 from agents import checks, losses
 from agents.acting import Forward
-from agents.base import ActionBox, LapReplay, Needs, PolicyCheckpoints, adam, copy_of, tf_seed, vector_obs
+from agents.base import ActionBox, copy_of, tf_seed, vector_obs
+from agents.needs import LapReplay, Needs, PolicyCheckpoints
+from agents.optimizers import adam
 from agents.deterministic import box_action
 from buffers.types import Batch
 from networks import sale as sale_networks

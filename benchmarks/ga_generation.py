@@ -94,7 +94,7 @@ def main(argv=None) -> dict:
     import gymnasium as gym
     import tensorflow as tf
 
-    from agents.compiled import CompiledPopulation
+    from agents.ga import CompiledPopulation
     from agents.ga import GA
     from envs.factory import make_vector_env
     from networks.mlp import mlp

@@ -61,7 +61,7 @@ GA = ("tests/test_ga.py", "-k", "not resume and not export and not wandb")
 
 F, U, P, RP = "buffers/frames.py", "buffers/uniform.py", "buffers/prioritized.py", "agents/replay.py"
 ATR, DM, PX, AUG, MQ, DQ = "envs/atari.py", "envs/dmc.py", "envs/pixels.py", "agents/augment.py", "agents/mrq/agent.py", "agents/dqn.py"
-ST, BASE = "analysis/stats.py", "agents/base.py"
+ST, OPT = "analysis/stats.py", "agents/optimizers.py"
 MRP, MST = "agents/mrq/replay.py", "agents/mrq/settings.py"
 LS, T3, SA, XQ, T7 = "agents/losses.py", "agents/td3.py", "agents/sac.py", "agents/crossq.py", "agents/td7.py"
 MUTATIONS = (
@@ -185,11 +185,11 @@ MUTATIONS = (
     Mutation("S2", "the score distribution counts scores equal to tau", ST, "reshape(-1, 1) > taus", "reshape(-1, 1) >= taus",
              STATS),
     Mutation("S3", "P(X > Y) counts a tie as a loss", ST, "+ 0.5 * np.sum(x[:, None] == y)", "", STATS),
-    Mutation("O1", "Adam's one kernel with beta_1 and beta_2 swapped", BASE, "beta1=beta_1, beta2=beta_2",
+    Mutation("O1", "Adam's one kernel with beta_1 and beta_2 swapped", OPT, "beta1=beta_1, beta2=beta_2",
              "beta1=beta_2, beta2=beta_1", ADAM),
-    Mutation("O2", "every variable in ops (the one kernel never taken)", BASE,
+    Mutation("O2", "every variable in ops (the one kernel never taken)", OPT,
              "if variable.shape.num_elements() >= self.ONE_KERNEL_FROM:", "if False:", ADAM),
-    Mutation("O3", "Adam's epsilon before the bias correction (Keras' placement, not PyTorch's)", BASE,
+    Mutation("O3", "Adam's epsilon before the bias correction (Keras' placement, not PyTorch's)", OPT,
              "epsilon = tf.cast(self.epsilon, dtype) * correction_2", "epsilon = tf.cast(self.epsilon, dtype)", ADAM),
     # the continuous-control agents, DQN's own parts, prioritized replay and the GA (stop 61)
     Mutation("T1", "TD3's target on the larger of the target critics", LS, "return tf.minimum(q1, q2)",
@@ -324,13 +324,13 @@ MUTATIONS = (
              BUFFERS),
     Mutation("R4", "updated priorities without the power alpha", P, "self._tree.set(self.last_indices, p**self.alpha)",
              "self._tree.set(self.last_indices, p)", BUFFERS),
-    Mutation("E1", "the tournament's least fit contender wins", "agents/ga.py",
+    Mutation("E1", "the tournament's least fit contender wins", "agents/ga/operators.py",
              "winner = tf.argmax(tf.gather(fitness, contenders)", "winner = tf.argmin(tf.gather(fitness, contenders)", GA),
-    Mutation("E2", "BLX crossover without its widening by alpha", "agents/ga.py",
+    Mutation("E2", "BLX crossover without its widening by alpha", "agents/ga/operators.py",
              "return lo - alpha * d + u * (1.0 + 2.0 * alpha) * d", "return lo + u * d", GA),
-    Mutation("E3", "truncation selection from the least fit", "agents/ga.py",
+    Mutation("E3", "truncation selection from the least fit", "agents/ga/operators.py",
              "top = tf.math.top_k(fitness, k=keep).indices", "top = tf.math.top_k(-fitness, k=keep).indices", GA),
-    Mutation("E4", "the policy network takes the least fit individual", "agents/ga.py",
+    Mutation("E4", "the policy network takes the least fit individual", "agents/ga/agent.py",
              "best = tf.argmax(fitness, output_type=tf.int32)", "best = tf.argmin(fitness, output_type=tf.int32)", GA),
 )
 

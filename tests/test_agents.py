@@ -218,7 +218,7 @@ def test_adam_steps_each_variable_in_one_kernel_by_adams_formula(weight_decay):
     in ops, both by PyTorch's formula (epsilon after the bias correction of sqrt(v)), with the
     decoupled weight decay before: four steps against the formula in float64, one of them with
     gradients near epsilon, where Keras' formula moves the weights about half as far."""
-    from agents.base import AdamW, adam
+    from agents.optimizers import AdamW, adam
 
     lr, beta_1, beta_2, eps = 1e-2, 0.5, 0.999, 1e-8
     rng = np.random.default_rng(3)

@@ -379,7 +379,7 @@ def test_the_compiled_update_is_entered_through_tfs_flat_call():
     unseen. Both entries must give the same outputs, from one trace."""
     import tensorflow as tf
 
-    from agents.compiled import ConcreteCall
+    from agents.compiling import ConcreteCall
 
     fn = tf.function(lambda b: {"sum": b.obs + b.reward[:, None], "n": tf.shape(b.obs)[0]},
                      input_signature=[Batch(*(tf.TensorSpec([None, 2] if k in ("obs", "next_obs", "action") else [None],

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from agents.ga import GA, blx_crossover, elite_indices, gaussian_mutation, tournament_selection, truncation_selection
+from agents.ga import GA
+from agents.ga.operators import blx_crossover, elite_indices, gaussian_mutation, tournament_selection, truncation_selection
 from networks.mlp import mlp
 from networks.simba import simba
 
@@ -225,7 +226,7 @@ def test_cartpole_in_tensorflow_matches_gymnasium_step_for_step():
 def test_a_generation_in_graph_scores_as_the_vector_env_does():
     """The whole generation in one compiled call gives every individual the fitness the vector
     env loop gives it (same start states, masking, two episodes each)."""
-    from agents.compiled import CompiledPopulation
+    from agents.ga import CompiledPopulation
     from envs.cartpole_tf import STATE_DIM, TIME_LIMIT, cartpole_step, start_states
     from envs.factory import make_vector_env
     from training.evolution import generation_in_graph, run_generation

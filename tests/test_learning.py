@@ -132,7 +132,7 @@ def test_td7_learns_pendulum_within_8k_steps_acting_with_its_checkpoints(make_cf
     the start angle (an early policy's -0.5 holds a 5k-step run's evaluation at -860, in the
     author's code too). The schedule's arithmetic is tested by hand in test_td7.py; here, that the
     agent takes the checkpoints it names, and evaluates with them."""
-    from agents.base import PolicyCheckpoints
+    from agents.needs import PolicyCheckpoints
     from training.assessment import Assessment, assess
 
     cfg = make_cfg("agent=td7", "env=pendulum", "total_steps=8000", "eval_every=8000", "seed=0",

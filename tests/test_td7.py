@@ -13,7 +13,8 @@ import pytest
 import tensorflow as tf
 
 from agents import losses
-from agents.base import LapReplay, Needs, PolicyCheckpoints, tracked
+from agents.base import tracked
+from agents.needs import LapReplay, Needs, PolicyCheckpoints
 from agents.td7 import TD7
 from training.assessment import Assessment, assess
 from buffers.prioritized import PrioritizedReplay

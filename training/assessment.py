@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from agents.base import PolicyCheckpoints
+from agents.needs import PolicyCheckpoints
 
 
 class Assessment(NamedTuple):

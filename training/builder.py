@@ -14,8 +14,10 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from agents.augment import RandomShift
-from agents.base import Agent, LapReplay, Needs
-from agents.compiled import CompiledAgent, CompiledPopulation
+from agents.base import Agent
+from agents.needs import LapReplay, Needs
+from agents.compiled import CompiledAgent
+from agents.ga import CompiledPopulation
 from buffers.prioritized import PrioritizedReplay
 from buffers.types import Buffer
 from envs.factory import check_action_space, make_env, make_vector_env

@@ -1,4 +1,4 @@
-"""The loop of population-based agents (agents/ga.py): generations instead of updates.
+"""The loop of population-based agents (agents/ga/): generations instead of updates.
 
 Each generation, the whole population runs in one gymnasium vector env (one env per individual):
 every env step is one compiled call that acts for all individuals together, and individuals that
@@ -25,7 +25,7 @@ from training.loop import LoopHooks
 
 
 class Population(Protocol):
-    """What the loop drives (`agents.compiled.CompiledPopulation`)."""
+    """What the loop drives (`agents.ga.CompiledPopulation`)."""
 
     def population_act(self, obs: np.ndarray) -> np.ndarray: ...
     def evolve(self, fitness: np.ndarray) -> None: ...

@@ -11,7 +11,8 @@ import gymnasium as gym
 import numpy as np
 from tqdm.auto import tqdm
 
-from agents.base import Learner, PolicyCheckpoints
+from agents.base import Learner
+from agents.needs import PolicyCheckpoints
 from buffers.types import Buffer
 from envs.factory import finished_games, transition_next_obs
 from training.assessment import Assessment, assess

@@ -10,7 +10,9 @@ import tensorflow as tf
 
 from agents import losses as shared
 from agents.acting import Forward
-from agents.base import ActionBox, Needs, adamw, copy_of, tf_seed
+from agents.base import ActionBox, copy_of, tf_seed
+from agents.needs import Needs
+from agents.optimizers import adamw
 from agents.mrq import acting, losses
 from agents.mrq.networks import MRQNetworks, acting_policy, copy_weights
 from agents.mrq.replay import RunsBatch, RunsDraw, ScaledBatch, needs

@@ -10,7 +10,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from agents.base import Needs
+from agents.needs import Needs
 from agents.replay import Block, Transitions, batch_signature
 from buffers.types import Batch, Buffer, Sequences
 
