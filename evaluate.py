@@ -3,9 +3,11 @@
     python evaluate.py run_dir=outputs/2026-11-21/12-00-00 episodes=20 checkpoint=best
     python evaluate.py run_dir=... video=true        # mp4s in <run_dir>/eval/
     python evaluate.py run_dir=... export=true       # TF SavedModel in <run_dir>/export/
+    python evaluate.py run_dir=... out_dir=~/evals/run1   # a run dir you cannot write: results go there
 
 Rebuilds the run from its saved .hydra/config.yaml, restores the checkpoint, runs deterministic
-episodes, prints mean/std/min/max and writes them to <run_dir>/eval/<checkpoint>.json.
+episodes, prints mean/std/min/max and writes them to <out_dir>/eval/<checkpoint>.json (out_dir:
+the run directory unless set; a place it cannot write is refused before any work).
 """
 from __future__ import annotations
 
@@ -44,8 +46,9 @@ def main(cfg: DictConfig) -> None:
         for key in ("video", "export"):
             if not isinstance(cfg[key], bool):
                 raise ConfigError(f"{key} must be true or false, got {cfg[key]!r}; set {key}=true or leave it out.")
+        out_dir = None if cfg.out_dir is None else os.path.abspath(os.path.expanduser(str(cfg.out_dir)))
         r = evaluate_run(os.path.abspath(str(cfg.run_dir)), str(cfg.checkpoint), int(cfg.episodes),
-                         int(cfg.seed), bool(cfg.video), int(cfg.video_episodes), bool(cfg.export))
+                         int(cfg.seed), bool(cfg.video), int(cfg.video_episodes), bool(cfg.export), out_dir)
     except (ConfigError, EnvConfigError, CheckpointError, VideoError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

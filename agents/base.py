@@ -1,10 +1,9 @@
-"""The two protocols of agents/, and the small helpers the algorithms share.
+"""The protocol an algorithm implements (`Agent`), and the small helpers the algorithms share.
 
-- `Agent` is what an algorithm file implements: its networks, its hyper-parameters, one update
-  of plain batch maths, and acting. It never compiles, logs, writes files or steps an env.
-- `Learner` is what the training loop, evaluation and export drive: an agent with its update
-  compiled and its acting on the weights the update hands back (`agents.compiled`). The speed
-  settings are applied there, around the maths, never threaded through an algorithm.
+`Agent` is what an algorithm file implements: its networks, its hyper-parameters, one update of
+plain batch maths, and acting. It never compiles, logs, writes files or steps an env. What the
+loops drive is a `Learner` (agents/compiling.py): the agent with its update compiled
+(`agents.compiled`), where the speed settings apply, around the maths, never threaded through it.
 """
 from __future__ import annotations
 
@@ -17,7 +16,6 @@ import tensorflow as tf
 from agents import checks
 from agents.acting import Forward
 from agents.needs import Needs
-from agents.replay import Block, Transitions
 from buffers.types import Batch, obs_shape_of
 
 
@@ -88,61 +86,6 @@ class Agent(Protocol):
 
     # A checkpoint holds what `tracked(agent)` finds among its attributes: networks, targets,
     # optimizers, counters, in-graph generators. Keep them as attributes, under stable names.
-
-
-class Learner(Protocol):
-    """What the loop, evaluation and export use (`agents.compiled.CompiledAgent`)."""
-
-    agent: Agent
-    replay: Transitions  # what an update takes from replay (the agent's `needs.replay`)
-
-    def act(self, obs: np.ndarray, explore: bool) -> np.ndarray: ...
-
-    def observe(self, obs: np.ndarray) -> None:
-        """Every observation of training, as it comes from the envs (for running statistics)."""
-
-    def prepare(self, batches: Batch) -> Batch:
-        """Host batches as the update takes them (observations normalized, where that is on);
-        `update` does this itself, a caller of `step` does it first."""
-
-    def update(self, batches: Batch) -> dict[str, tf.Tensor]:
-        """K >= 1 updates in one compiled call over K batches stacked on a leading axis; the last
-        update's metrics, with the `td_error` of all K batches (K*B)."""
-
-    # The compiled step as graph code, for a caller's own compiled function (training.driven):
-    signature: Batch  # of one batch
-    def step(self, batches: Batch, metrics: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        """K >= 0 updates over K stacked batches; `metrics` (shaped as `metric_zeros`) come back
-        unchanged when K is 0."""
-
-    def metric_zeros(self) -> dict[str, tf.Tensor]: ...
-
-    def extra_metrics(self) -> dict:
-        """What each update's metrics carry beside the update's own (the last block's, host metrics)."""
-
-    block: Block | None  # the agent's `needs.block`
-    def run_block(self, draws, start: bool) -> None:
-        """K >= 1 updates of the agent's block over K stacked draws (`start`: the block's first call)."""
-
-    def block_chunks(self, batch_size: int) -> list[int]:
-        """How many draws each call of a block takes."""
-
-    def acting_weights(self) -> tf.Tensor:
-        """The acting network's weights as one flat tensor, read after the step's writes."""
-
-    def receive_weights(self, flat) -> None:
-        """Hand the weights `acting_weights` returned to acting."""
-
-    def refresh(self) -> None:
-        """Re-read the acting weights after a checkpoint restore."""
-
-    def keep_policy(self) -> None:
-        """Copy the acting policy into the one evaluation acts with (policy checkpoints)."""
-
-    def trackables(self) -> dict[str, Any]: ...
-
-    def update_graph(self):
-        """The compiled update's graph (for TensorBoard), or None when it is not compiled."""
 
 
 class ActionBox:

@@ -1,10 +1,7 @@
-"""An agent with its update compiled: what the loop, evaluation and export drive (`Learner`).
-
-The speed settings live here, around the algorithm's maths: how the update runs (eager, graph or
-XLA, traced once for a fixed input signature), K updates fused into one call (a `tf.while_loop`
-over K stacked batches), the dtype of its matmuls, batch shards, and acting in numpy on the
-weights each call hands back as one more output of the same call.
-"""
+"""An agent with its update compiled (a `Learner`). The speed settings live here, around the
+algorithm's maths: eager, graph or XLA (agents/compiling.py), K updates fused into one call (a
+`tf.while_loop` over K stacked batches), the dtype of its matmuls, batch shards, and acting in
+numpy on the weights each call hands back as one more output of the same call."""
 from __future__ import annotations
 
 from typing import Any
@@ -14,12 +11,13 @@ import tensorflow as tf
 
 from agents.augment import RandomShift
 from agents.base import Agent, tracked
-from agents.compiling import compile_fn
+from agents.compiling import compile_fn, graph_of, tracing_count
 from agents.replay import count, index, stacked
 from buffers.types import Batch
 from networks.normalization import RunningNormalizer
 from networks.precision import check_precision, matmul_precision
 from networks.sharding import batch_shards, check_shards
+
 
 class CompiledAgent:
     """`agent` with its update compiled. `update(batches)` runs K >= 1 updates in one call (one
@@ -80,6 +78,12 @@ class CompiledAgent:
             metrics, weights = self._update_many(batches)
         self.receive_weights(weights)
         return {**metrics, **self.extra_metrics()}
+
+    def learn(self, buffer, batch_size: int, k: int) -> dict[str, tf.Tensor]:
+        """K updates on K draws from `buffer` in one call, their TD errors back to it as priorities."""
+        metrics = self.update(self.replay.draw(buffer, batch_size, k))
+        buffer.update_priorities(metrics.pop("td_error", None))
+        return metrics
 
     def extra_metrics(self) -> dict:
         """What each update's metrics carry beside the update's own: the last block's, the agent's host ones."""
@@ -183,17 +187,13 @@ class CompiledAgent:
     # --- introspection --------------------------------------------------------------------
     def block_graph(self):
         """The compiled block's graph (`Needs.block`), or None without a block or in eager mode."""
-        fn = getattr(self, "_block", None)
-        return fn.get_concrete_function().graph if hasattr(fn, "get_concrete_function") else None
+        return graph_of(getattr(self, "_block", None))
 
     @property
     def update_trace_count(self) -> int:
         """How many times the single update has been traced (0 in eager mode)."""
-        fn = self._update_one
-        return fn.experimental_get_tracing_count() if hasattr(fn, "experimental_get_tracing_count") else 0
+        return tracing_count(self._update_one)
 
     def update_graph(self):
-        """The compiled single update's graph (for TensorBoard), or None in eager mode. Traces with
-        the fixed input signature without running an update."""
-        fn = self._update_one
-        return fn.get_concrete_function().graph if hasattr(fn, "get_concrete_function") else None
+        """The compiled single update's graph (for TensorBoard; traced, not run), or None in eager mode."""
+        return graph_of(self._update_one)

@@ -1,9 +1,74 @@
-"""How an update is compiled: eager, graph or XLA, and a graph called through its one trace."""
+"""What the loops, evaluation and export drive (`Learner`: an agent with its update compiled and its
+acting on the weights the update hands back), and how an update is compiled: eager, graph or XLA,
+and a graph called through its one trace."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable, Protocol
 
+import numpy as np
 import tensorflow as tf
+
+from agents.base import Agent
+from agents.replay import Block, Transitions
+from buffers.types import Batch
+
+class Learner(Protocol):
+    """What the loop, evaluation and export use (`agents.compiled.CompiledAgent`)."""
+
+    agent: Agent
+    replay: Transitions  # what an update takes from replay (the agent's `needs.replay`)
+
+    def act(self, obs: np.ndarray, explore: bool) -> np.ndarray: ...
+
+    def observe(self, obs: np.ndarray) -> None:
+        """Every observation of training, as it comes from the envs (for running statistics)."""
+
+    def prepare(self, batches: Batch) -> Batch:
+        """Host batches as the update takes them (observations normalized, where that is on);
+        `update` does this itself, a caller of `step` does it first."""
+
+    def update(self, batches: Batch) -> dict[str, tf.Tensor]:
+        """K >= 1 updates in one compiled call over K batches stacked on a leading axis; the last
+        update's metrics, with the `td_error` of all K batches (K*B)."""
+
+    def learn(self, buffer, batch_size: int, k: int) -> dict[str, tf.Tensor]:
+        """K updates on K batches drawn from `buffer`; their priorities go back to it."""
+
+    # The compiled step as graph code, for a caller's own compiled function (training.driven):
+    signature: Batch  # of one batch
+    def step(self, batches: Batch, metrics: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """K >= 0 updates over K stacked batches; `metrics` (shaped as `metric_zeros`) come back
+        unchanged when K is 0."""
+
+    def metric_zeros(self) -> dict[str, tf.Tensor]: ...
+
+    def extra_metrics(self) -> dict:
+        """What each update's metrics carry beside the update's own (the last block's, host metrics)."""
+
+    block: Block | None  # the agent's `needs.block`
+    def run_block(self, draws, start: bool) -> None:
+        """K >= 1 updates of the agent's block over K stacked draws (`start`: the block's first call)."""
+
+    def block_chunks(self, batch_size: int) -> list[int]:
+        """How many draws each call of a block takes."""
+
+    def acting_weights(self) -> tf.Tensor:
+        """The acting network's weights as one flat tensor, read after the step's writes."""
+
+    def receive_weights(self, flat) -> None:
+        """Hand the weights `acting_weights` returned to acting."""
+
+    def refresh(self) -> None:
+        """Re-read the acting weights after a checkpoint restore."""
+
+    def keep_policy(self) -> None:
+        """Copy the acting policy into the one evaluation acts with (policy checkpoints)."""
+
+    def trackables(self) -> dict[str, Any]: ...
+
+    def update_graph(self):
+        """The compiled update's graph (for TensorBoard), or None when it is not compiled."""
+
 
 COMPILE_MODES = ("eager", "graph", "xla")
 
@@ -65,3 +130,13 @@ class ConcreteCall:
 
     def experimental_get_tracing_count(self) -> int:
         return self.function.experimental_get_tracing_count()
+
+
+def graph_of(fn):
+    """The graph of a compiled function's one trace (traced, not run), or None for an eager one."""
+    return fn.get_concrete_function().graph if hasattr(fn, "get_concrete_function") else None
+
+
+def tracing_count(fn) -> int:
+    """How many times a compiled function has been traced (0 for an eager one)."""
+    return fn.experimental_get_tracing_count() if hasattr(fn, "experimental_get_tracing_count") else 0

@@ -1,6 +1,5 @@
-"""TD7 (Fujimoto, Chang, Smith, Gu, Precup & Meger, NeurIPS 2023, "For SALE: State-Action
-Representation Learning for Deep Reinforcement Learning"), following the author's code
-(sfujim/TD7: `Agent.train()` and `Agent.maybe_train_and_checkpoint()`).
+"""TD7 (Fujimoto, Chang, Smith, Gu, Precup & Meger, NeurIPS 2023, "For SALE: State-Action Representation
+Learning for Deep Reinforcement Learning"), as the author's code (sfujim/TD7: `Agent.train()`, `maybe_train_and_checkpoint()`).
 
 TD3 with five additions, each a switch of its own so that its effect can be measured:
 - SALE (`sale`): a state encoder zs = f(s) and a state-action encoder zsa = g(zs, a), trained so
@@ -14,8 +13,7 @@ TD3 with five additions, each a switch of its own so that its effect can be meas
   TD3's squared error, on uniform replay (the paper's "TD7 without LAP") or weighted (PER).
 - Policy checkpoints (`checkpoints`): declared (`Needs.policy_checkpoints`); the runner trains at
   episode ends and keeps the policy evaluation and export act with (training/assessment.py).
-The target networks (actor, critic, encoders) are copies made every `target_update_every` updates,
-not averages. The update works in actions scaled to [-1, 1], as the author's buffer stores them.
+Targets (actor, critic, encoders) are copies every `target_update_every` updates; actions in [-1, 1], as the author's.
 """
 from __future__ import annotations
 

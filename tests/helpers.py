@@ -62,7 +62,7 @@ def run_loop(cfg, records: Records | None = None, before_train=None):
     from training.builder import build_run
     from training.families import family_of
     from training.loggers import MultiLogger
-    from training.loop import LoopHooks
+    from training.session import LoopHooks
 
     OmegaConf.resolve(cfg)
     run = build_run(cfg)

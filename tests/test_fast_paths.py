@@ -90,7 +90,7 @@ class Records:
 def run_recorded(cfg, stop_at=None):
     """A run with its log records, checkpoint requests (step, kind) and final acting weights;
     `stop_at`: a stop request (as a signal would make) from that step on."""
-    from training.loop import LoopHooks
+    from training.session import LoopHooks
 
     OmegaConf.resolve(cfg)
     parts = build_run(cfg)
@@ -99,9 +99,9 @@ def run_recorded(cfg, stop_at=None):
     if parts.driver is not None:
         orig = parts.driver.run
 
-        def run(source):
+        def run(*args):
             driven.append(1)
-            return orig(source)
+            return orig(*args)
 
         parts.driver.run = run
     state = {}
@@ -182,10 +182,10 @@ def test_a_driven_call_returns_within_steps_per_call_env_steps(make_cfg):
     parts = build_run(cfg)
     stretches, orig = [], parts.driver.run
 
-    def run(source):
+    def run(*args):
         before = len(parts.buffer)
         try:
-            return orig(source)
+            return orig(*args)
         finally:
             stretches.append(len(parts.buffer) - before)
 
@@ -200,25 +200,34 @@ def test_a_driven_call_returns_within_steps_per_call_env_steps(make_cfg):
 
 
 def test_a_source_error_reaches_the_caller_as_itself(make_cfg):
-    cfg = make_cfg("agent=td3", "env=pendulum", "network.hidden=[16,16]", "batch_size=8", "logger.progress=false")
+    """The driver draws the batches its source says are due and hands their priorities back to the
+    buffer; an error of the source (an env that went away) reaches the caller as itself."""
+    cfg = make_cfg("agent=dqn", "env=cartpole", "buffer=prioritized", "network.hidden=[16,16]", "batch_size=8",
+                   "logger.progress=false")
     OmegaConf.resolve(cfg)
-    parts = build_run(cfg, with_buffer=False)
+    parts = build_run(cfg)
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        parts.buffer.add(rng.normal(size=(1, 4)).astype(np.float32), rng.integers(0, 2, 1), rng.normal(size=1),
+                         rng.normal(size=(1, 4)).astype(np.float32), np.zeros(1, bool), np.zeros(1, bool))
+    priorities = []
+    update = parts.buffer.update_priorities
+    parts.buffer.update_priorities = lambda td_error: (priorities.append(np.array(td_error)), update(td_error))
     calls = []
 
-    def source(td_error):
-        calls.append(td_error)
+    def source():
+        calls.append(1)
         if len(calls) == 3:
             raise KeyError("the env went away")
-        batch = [np.zeros((2, 8, *s.shape[1:]), s.dtype.as_numpy_dtype) for s in parts.learner.signature]
-        return Batch(*batch), True
+        return 1, True
 
     try:
         with pytest.raises(KeyError, match="the env went away"):
-            parts.driver.run(source)
+            parts.driver.run(source, parts.buffer, 8)
     finally:
         parts.close()
-    assert calls[0] is None and calls[1].shape == (16,)  # the TD errors of the 2 x 8 batches it gave
-    assert int(parts.learner.agent.updates.numpy()) == 4
+    assert [p.shape for p in priorities] == [(8,), (8,)]  # each batch's errors back before the next call
+    assert int(parts.learner.agent.updates.numpy()) == 2
 
 
 def test_thread_pools_that_can_no_longer_change_are_refused_clearly():

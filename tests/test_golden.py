@@ -98,7 +98,7 @@ def run_case(name: str) -> dict:
     from training.builder import build_run
     from training.config import compose_config
     from training.families import family_of
-    from training.loop import LoopHooks
+    from training.session import LoopHooks
 
     keras.utils.clear_session()  # every case starts from the same Keras state, whichever ran before
     cfg = compose_config(COMMON + CASES[name])

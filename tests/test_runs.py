@@ -263,6 +263,31 @@ def test_evaluate_prints_and_writes_json(reference):
     assert json.loads((reference / "eval" / "600.json").read_text())["checkpoint_step"] == 600
 
 
+def test_a_run_directory_evaluate_cannot_write_is_refused_before_the_work_and_out_dir_takes_the_results(
+        tmp_path, reference):
+    """A run directory evaluate.py cannot write in (a read-only or shared mount; here its eval/ is a
+    file, which no user can write under) is refused before any episode, with the setting that helps;
+    with out_dir the results, videos and export go there and the run directory is only read."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(reference, run)
+    shutil.rmtree(run / "eval", ignore_errors=True)
+    (run / "eval").write_text("not a directory")
+    before = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
+    proc = evaluate(f"run_dir={run}", "episodes=1")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert f"cannot write the evaluation's results to {run / 'eval'}" in proc.stderr and "out_dir=" in proc.stderr
+    assert "return mean" not in proc.stdout
+    out = tmp_path / "elsewhere"
+    proc = evaluate(f"run_dir={run}", "episodes=1", "export=true", f"out_dir={out}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"written: {out / 'eval' / 'latest.json'}" in proc.stdout
+    assert json.loads((out / "eval" / "latest.json").read_text())["episodes"] == 1
+    assert (out / "export" / "latest" / "saved_model.pb").exists()
+    assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == before  # read, never written
+
+
 def test_latest_checkpoint_evaluates_like_the_training_run(reference):
     """The final checkpoint, evaluated with the training run's eval seed, gives its final return."""
     proc = evaluate(f"run_dir={reference}", "episodes=2", "seed=100")  # training evals use seed + 100

@@ -2,7 +2,7 @@
 
 The loop's per-phase path enters TensorFlow once per update phase. Here one compiled call runs a
 `tf.while_loop` whose body reaches the loop's `source` (act, step the envs, store, sample) through
-`tf.numpy_function` and then runs the learner's compiled step on the batches it returns, so the
+`tf.numpy_function` and then runs the learner's compiled step on the batches drawn for it, so the
 fixed cost of entering TensorFlow is paid once per call instead. The steps, batches and updates
 are the same as the per-phase path's.
 
@@ -16,21 +16,20 @@ from typing import Protocol
 import numpy as np
 import tensorflow as tf
 
-from agents.base import Learner
-from agents.replay import count, flatten, stacked
-from buffers.types import Batch
+from agents.compiling import Learner
+from agents.replay import flatten, stacked
+from buffers.types import Batch, Buffer
 
 HOST_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")  # the driver's deliberate host round trip
 
 
 class Source(Protocol):
-    """What the driver draws batches from: the training loop's env steps. Each call receives the
-    TD errors of the batches it handed out the previous time (None if none, or on the first call),
-    does whatever it needs (store priorities, act, step the envs, ...) and returns K batches
-    stacked on a leading axis (or None for no update now) and whether to be called again. When it
-    is called the agent already acts with the weights of the last update."""
+    """The training loop's env steps, as the driver calls them: each call steps the envs until
+    updates are due (or its stretch ends) and returns how many updates to run now (0: none) and
+    whether to be called again. When it is called the agent already acts with the weights of the
+    last update, and the buffer holds the priorities of the batches it last drew."""
 
-    def __call__(self, td_error: np.ndarray | None) -> tuple[Batch | None, bool]: ...
+    def __call__(self) -> tuple[int, bool]: ...
 
 
 class GraphDriver:
@@ -44,11 +43,11 @@ class GraphDriver:
         self._source_error: BaseException | None = None
         self._td_pending, self._updates, self._host_metrics = False, 0, {}
 
-    def run(self, source: Source) -> dict[str, tf.Tensor] | None:
-        """Updates on the batches `source` hands out, until it says stop. Returns the last update's
-        metrics, or None if `source` handed out no batches. Their `td_error` (the last batches',
-        for prioritized replay) is present only if it has not already gone to `source`."""
-        self._source, self._source_error = source, None
+    def run(self, source: Source, buffer: Buffer, batch_size: int) -> dict[str, tf.Tensor] | None:
+        """Updates on batches drawn from `buffer`, as many each time as `source` says are due, until
+        it says stop; each batch's priorities (TD errors) go back to `buffer` before the next draw.
+        Returns the last update's metrics, or None if `source` asked for no updates."""
+        self._source, self._source_error, self._buffer, self._batch_size = source, None, buffer, batch_size
         self._td_pending, self._updates = False, 0
         try:
             metrics, weights = self._fn()
@@ -58,11 +57,13 @@ class GraphDriver:
                 raise self._source_error from None
             raise
         finally:
-            self._source = None
+            self._source = self._buffer = None
         if not self._updates:
             return None
-        if not self._td_pending:
-            metrics = {k: v for k, v in metrics.items() if k != "td_error"}
+        metrics = dict(metrics)
+        td_error = metrics.pop("td_error")
+        if self._td_pending:  # the last batches' errors, which no later call has handed back
+            buffer.update_priorities(np.asarray(td_error))
         return {**metrics, **self._host_metrics}
 
     def graph(self):
@@ -86,19 +87,22 @@ class GraphDriver:
         return metrics, weights
 
     def _call_source(self, weights, td_error):
-        """One exchange with the source: the acting weights of the last updates and the TD errors
-        of the batches it handed out last; returns its next batches (K may be 0) and whether to
-        call it again."""
+        """One exchange with the source: acting gets the weights of the last updates and the buffer
+        the TD errors of the batches drawn last; then the source steps the envs, and the K batches
+        of the updates it says are due are drawn (K may be 0). Returns them and whether to call again."""
         try:
             self.learner.receive_weights(weights)
-            batches, more = self._source(np.array(td_error) if self._td_pending else None)
+            if self._td_pending:
+                self._buffer.update_priorities(np.array(td_error))
+            k, more = self._source()
+            batches = self.learner.replay.draw(self._buffer, self._batch_size, k) if k else None
         except BaseException as err:
             self._source_error = err
             raise
-        self._td_pending = batches is not None and count(batches) > 0
+        self._td_pending = batches is not None
         if self._td_pending:
             batches = self.learner.prepare(batches)
-            self._updates += count(batches)
+            self._updates += k
             self._host_metrics = self.learner.extra_metrics()  # as of these updates, as `update` has them
         else:
             batches = self._no_batches

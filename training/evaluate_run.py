@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 
 from omegaconf import OmegaConf
 
@@ -13,18 +14,41 @@ from envs.factory import check_action_space, make_env
 from envs.video import record_videos
 from training.builder import agent_class, build_learner, describe, eval_env_args, eval_epsilon
 from training.checkpoints import Checkpointer, resolve_checkpoint, verify
+from training.config import ConfigError
 from training.evaluation import epsilon_greedy, evaluate
 from training.resume import load_run_config
 from training.seeding import seed_everything
 from training.speed import configure_devices
 
 
+class OutputError(ConfigError):
+    """Where the evaluation's results would go cannot be written."""
+
+
+def writable(directory: str) -> str:
+    """`directory`, made and written to once, or an OutputError naming the fix (before any work)."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory):
+            pass
+    except OSError as err:
+        raise OutputError(
+            f"cannot write the evaluation's results to {directory} ({err.strerror or err}). A run directory on a "
+            f"read-only or shared mount can still be evaluated: pass out_dir=<a directory you can write> (e.g. "
+            f"out_dir=~/evals/<run>) and eval/<checkpoint>.json, the videos and export/ go there; the run directory "
+            f"is only read.") from err
+    return directory
+
+
 def evaluate_run(run_dir: str, checkpoint: str = "latest", episodes: int = 10, seed: int = 12345,
-                 video: bool = False, video_episodes: int = 1, export: bool = False) -> dict:
+                 video: bool = False, video_episodes: int = 1, export: bool = False, out_dir: str | None = None) -> dict:
+    """`out_dir`: where eval/ and export/ are written (None: the run directory)."""
     cfg = load_run_config(run_dir)
     OmegaConf.resolve(cfg)
     path = resolve_checkpoint(run_dir, checkpoint)
     meta = verify(path)
+    eval_dir = writable(os.path.join(out_dir or run_dir, "eval"))
+    export_dir = writable(os.path.join(out_dir or run_dir, "export")) if export else None
     configure_devices()
     rng = seed_everything(seed)
     env_args = eval_env_args(cfg)
@@ -36,20 +60,18 @@ def evaluate_run(run_dir: str, checkpoint: str = "latest", episodes: int = 10, s
     learner.refresh()
 
     name = str(checkpoint)
-    out_dir = os.path.join(run_dir, "eval")
-    os.makedirs(out_dir, exist_ok=True)
     result = {"checkpoint": name, "checkpoint_step": meta["step"], "episodes": episodes, "seed": seed,
               "env_id": cfg.env.id, **evaluate(learner, env, episodes, seed, epsilon=eval_epsilon(cfg))}
     if video:
         policy = epsilon_greedy(lambda obs: learner.act(obs[None], explore=False)[0], env.action_space,
                                 eval_epsilon(cfg), seed)
-        recorded = record_videos(policy, cfg.env.id, seed, video_episodes, os.path.join(out_dir, f"{name}-episode"),
+        recorded = record_videos(policy, cfg.env.id, seed, video_episodes, os.path.join(eval_dir, f"{name}-episode"),
                                  **env_args)
         result["videos"] = recorded["paths"]
     if export:
-        result["export"] = export_policy(learner.agent, os.path.join(run_dir, "export", name), learner.obs_norm)
+        result["export"] = export_policy(learner.agent, os.path.join(export_dir, name), learner.obs_norm)
     env.close()
-    with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
+    with open(os.path.join(eval_dir, f"{name}.json"), "w") as f:
         json.dump(result, f, indent=2)
-    result["json"] = os.path.join(out_dir, f"{name}.json")
+    result["json"] = os.path.join(eval_dir, f"{name}.json")
     return result

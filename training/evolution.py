@@ -5,7 +5,7 @@ every env step is one compiled call that acts for all individuals together, and 
 have finished their episodes are masked out until the slowest is done. The mean return over an
 individual's episodes is its fitness; the agent then breeds the next generation. The loop knows
 the family (`population_act`, `evolve`, `observe`, `act`), never the algorithm; evaluation,
-logging, checkpoints and stopping work as in the off-policy loop, at generation boundaries.
+logging, checkpoints and stopping are every loop's (training/session.py), at generation boundaries.
 """
 from __future__ import annotations
 
@@ -16,12 +16,10 @@ from typing import Callable, Protocol
 import gymnasium as gym
 import numpy as np
 import tensorflow as tf
-from tqdm.auto import tqdm
 
-from training.evaluation import evaluate
 from training.faults import check_finite
 from training.loggers import Logger
-from training.loop import LoopHooks
+from training.session import Evaluation, LoopHooks, Session
 
 
 class Population(Protocol):
@@ -143,78 +141,47 @@ def train_population(population: Population, generation: Callable[[int], Generat
     the off-policy loop's (`final_return`, `best_return`, ...) and `generations`. `generation(seed)`
     scores the population from start states drawn with `seed`: `run_generation` on a vector env, or
     a `generation_in_graph` call."""
-    s, hooks = settings, hooks or LoopHooks()
+    s = settings
     st = state if state is not None else initial_evolution_state(s)
-    bar = tqdm(total=s.total_steps, initial=min(st.step, s.total_steps), disable=None if s.progress else True,
-               unit="step", dynamic_ncols=True, smoothing=0.05)
-    t_start = time.perf_counter()
-    wall_before = st.wall_time
-
-    def run_eval() -> None:
-        result = evaluate(population, eval_env, s.eval_episodes, seed=s.eval_seed)
-        st.last_eval = result
-        st.evals.append((st.step, result["return_mean"]))
-        logger.log("eval", st.step, {**result, "generation": st.generation,
-                                     "wall_time": wall_before + time.perf_counter() - t_start})
-        bar.set_postfix(eval_return=f"{result['return_mean']:.1f}")
-        if result["return_mean"] > st.best_return:
-            st.best_return = result["return_mean"]
-            hooks.checkpoint(st, "best")
-
-    stopped = False
+    session = Session(st, s.total_steps, Evaluation(population, eval_env, s.eval_every, s.eval_episodes, s.eval_seed),
+                      s.checkpoint_every, logger, hooks, s.progress)
     while st.step < s.total_steps:
         t0 = time.perf_counter()
         # the generation's start states: a draw of the run's generator, so a resumed run draws the same
         result = generation(int(rng.integers(2**31 - 1)))
         population.evolve(result.fitness)
         seconds = time.perf_counter() - t0
-        st.step += result.steps
+        session.advance(result.steps)
         st.generation += 1
-        bar.update(min(result.steps, s.total_steps - bar.n))
-        fitness = result.fitness
-        st.best_fitness = max(st.best_fitness, float(fitness.max()))
-        record = {
-            "generation": st.generation,
-            "fitness_best": float(fitness.max()),
-            "fitness_mean": float(fitness.mean()),
-            "fitness_median": float(np.median(fitness)),
-            "fitness_std": float(fitness.std()),
-            "generations_per_second": 1.0 / seconds,
-            "steps_per_second": result.steps / seconds,
-        }
-        if result.act_seconds is not None:  # per step of the whole population: its forward call, its envs' step
-            record["act_ms_per_step"] = 1e3 * result.act_seconds / result.vector_steps
-            record["env_ms_per_step"] = 1e3 * result.env_seconds / result.vector_steps
+        st.best_fitness = max(st.best_fitness, float(result.fitness.max()))
+        record = generation_record(result, seconds, st.generation)
         logger.log("train", st.step, record)
         check_finite(record, st.step)  # a NaN fitness (an env that returned NaN rewards) ends the run
 
         if st.step >= st.next_eval and st.step < s.total_steps:
             while st.next_eval <= st.step:
                 st.next_eval += s.eval_every
-            run_eval()
-        if hooks.stop_requested() and st.step < s.total_steps:
-            stopped = True
+            session.evaluate(generation=st.generation)
+        if session.stop_requested():
             break
-        if 0 < st.next_checkpoint <= st.step and st.step < s.total_steps:
-            while st.next_checkpoint <= st.step:
-                st.next_checkpoint += s.checkpoint_every
-            st.wall_time = wall_before + time.perf_counter() - t_start
-            hooks.checkpoint(st, "periodic")
+        if session.checkpoint_due():
+            session.periodic_checkpoint()
+    return {**session.finish(generation=st.generation), "generations": st.generation, "best_fitness": st.best_fitness}
 
-    if not stopped:
-        run_eval()
-        while st.next_eval <= st.step:
-            st.next_eval += s.eval_every
-    bar.close()
-    st.wall_time = wall_before + time.perf_counter() - t_start
-    hooks.checkpoint(st, "stop" if stopped else "final")
-    return {
-        "stopped": stopped,
-        "steps": st.step,
-        "generations": st.generation,
-        "final_return": st.last_eval["return_mean"] if st.last_eval else float("nan"),
-        "best_return": st.best_return,
-        "best_fitness": st.best_fitness,
-        "wall_time": st.wall_time,
-        "steps_per_second": st.step / st.wall_time if st.wall_time > 0 else float("nan"),
+
+def generation_record(result: GenerationResult, seconds: float, generation: int) -> dict:
+    """A generation's `train` record: its fitness, and how fast it ran."""
+    fitness = result.fitness
+    record = {
+        "generation": generation,
+        "fitness_best": float(fitness.max()),
+        "fitness_mean": float(fitness.mean()),
+        "fitness_median": float(np.median(fitness)),
+        "fitness_std": float(fitness.std()),
+        "generations_per_second": 1.0 / seconds,
+        "steps_per_second": result.steps / seconds,
     }
+    if result.act_seconds is not None:  # per step of the whole population: its forward call, its envs' step
+        record["act_ms_per_step"] = 1e3 * result.act_seconds / result.vector_steps
+        record["env_ms_per_step"] = 1e3 * result.env_seconds / result.vector_steps
+    return record

@@ -16,7 +16,8 @@ from training.checkpoints import CheckpointError
 from training.config import frame_stack
 from training.evolution import EvolutionState, train_population
 from training.loggers import Logger
-from training.loop import LoopHooks, LoopState, initial_state, train
+from training.loop import LoopState, initial_state, train
+from training.session import LoopHooks
 
 
 class OffPolicy:

@@ -1,25 +1,24 @@
 """The off-policy training loop. It drives any agent through the Learner protocol and never knows
-which algorithm it is; checkpointing and stopping reach it as callbacks. With a `GraphDriver`
+which algorithm it is: act and store, learn when updates are due, log, and between iterations what
+every loop does (training/session.py: evaluate, checkpoint, stop). With a `GraphDriver`
 (training/driven.py) the env steps between events run from inside one compiled call."""
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
 
 import gymnasium as gym
 import numpy as np
-from tqdm.auto import tqdm
 
-from agents.base import Learner
+from agents.compiling import Learner
 from agents.needs import PolicyCheckpoints
 from buffers.types import Buffer
 from envs.factory import finished_games, transition_next_obs
 from training.assessment import Assessment, assess
 from training.driven import GraphDriver
-from training.evaluation import evaluate
 from training.faults import check_finite
 from training.loggers import Logger
+from training.session import Evaluation, LoopHooks, Session
 
 
 @dataclass(frozen=True)
@@ -72,92 +71,80 @@ class LoopState:
     blocks: int = 0  # blocks of the agent's (`Needs.block`) run so far
 
 
-@dataclass
-class LoopHooks:
-    """How the outside world takes part: `checkpoint(state, kind)` with kind periodic|best|stop|final,
-    and `stop_requested()` polled once per iteration (a signal arrived)."""
-
-    checkpoint: Callable[[LoopState, str], None] = lambda state, kind: None
-    stop_requested: Callable[[], bool] = lambda: False
-
-
 def initial_state(envs: gym.vector.VectorEnv, settings: LoopSettings) -> LoopState:
     obs, _ = envs.reset(seed=settings.seed)
     return LoopState(obs=obs, next_log=settings.log_every, next_checkpoint=settings.checkpoint_every or -1)
 
 
-def train(
-    learner: Learner,
-    buffer: Buffer,
-    envs: gym.vector.VectorEnv,
-    eval_env: gym.Env,
-    settings: LoopSettings,
-    logger: Logger,
-    state: LoopState | None = None,
-    hooks: LoopHooks | None = None,
-    driver: GraphDriver | None = None,
-) -> dict:
-    """Run the loop from `state` (a fresh start if None) to `settings.total_steps` env steps.
-    Returns a summary; `summary["stopped"]` is True when a stop request ended it early."""
-    s, hooks = settings, hooks or LoopHooks()
-    st = state if state is not None else initial_state(envs, s)
-    num_envs = envs.num_envs
-    metrics = None
-    # disable=None: the bar shows on a terminal and stays out of redirected logs
-    bar = tqdm(total=s.total_steps, initial=st.step, disable=None if s.progress else True,
-               unit="step", dynamic_ncols=True, smoothing=0.05)
-    t_start = time.perf_counter()
-    wall_before = st.wall_time
-    t_log, step_log = t_start, st.step
-    episodes: list[tuple[int, float, int]] = []  # (step, return, length) of episodes not yet logged
-    games: list[tuple[int, float, int]] = []  # (step, score, length) of games, where they are not episodes
+class OffPolicyLoop:
+    """One session of off-policy training. `run()` reads top to bottom: each iteration evaluates when
+    due, steps the envs and learns (per update phase, or many steps in one driven call), logs, and
+    stops or checkpoints between iterations."""
 
-    def run_eval() -> None:
-        result = evaluate(learner, eval_env, s.eval_episodes, seed=s.eval_seed, epsilon=s.eval_epsilon)
-        st.last_eval = result
-        st.evals.append((st.step, result["return_mean"]))
-        logger.log("eval", st.step, {**result, "wall_time": wall_before + time.perf_counter() - t_start})
-        bar.set_postfix(eval_return=f"{result['return_mean']:.1f}")
-        if result["return_mean"] > st.best_return:
-            st.best_return = result["return_mean"]
-            hooks.checkpoint(st, "best")
+    def __init__(self, learner: Learner, buffer: Buffer, envs: gym.vector.VectorEnv, eval_env: gym.Env,
+                 settings: LoopSettings, logger: Logger, state: LoopState, hooks: LoopHooks,
+                 driver: GraphDriver | None = None):
+        self.learner, self.buffer, self.envs, self.s, self.logger, self.st = learner, buffer, envs, settings, logger, state
+        self.hooks, self.driver, self.block = hooks, driver, learner.block
+        self.session = Session(state, settings.total_steps,
+                               Evaluation(learner, eval_env, settings.eval_every, settings.eval_episodes,
+                                          settings.eval_seed, settings.eval_epsilon),
+                               settings.checkpoint_every, logger, hooks, settings.progress)
+        self.metrics: dict | None = None  # the last update's
+        self.t_log, self.step_log = time.perf_counter(), state.step
+        self.episodes: list[tuple[int, float, int]] = []  # (step, return, length) of episodes not yet logged
+        self.games: list[tuple[int, float, int]] = []  # (step, score, length) of games, where they are not episodes
+        # fused: a phase's updates in one call, their batches drawn together unless the buffer's priorities
+        # must come back between them (prioritized replay: one batch per call)
+        self.fused = settings.fuse_updates and buffer.draws_together
+        self.call_start, self.more = 0, False  # the driven call under way: its first step, whether it goes on
 
-    def episode_end(ret: float) -> bool:
-        """A training episode's end, past the first: whether the updates due train now."""
-        if s.policy_checkpoints is None:
-            return True
-        state, train_now, keep = assess(Assessment(*st.assessment), ret, s.policy_checkpoints, st.updates,
-                                        int(st.updates_due + 1e-9))
-        st.assessment = tuple(state)
-        if keep:
-            learner.keep_policy()
-        return train_now
+    def run(self) -> dict:
+        st, s, session = self.st, self.s, self.session
+        while st.step < s.total_steps or st.pending:  # pending at the end: a driven call ended for a block
+            if st.step >= st.next_eval and not st.pending:  # after the phase a stop cut short, as without the stop
+                st.next_eval += s.eval_every
+                session.evaluate()
+            if self.driven():
+                self.driven_call()
+            else:
+                self.phase()
+            self.log_episodes()
+            if st.step >= st.next_log:
+                self.log_updates()
+            if session.stop_requested():
+                break
+            if session.checkpoint_due():
+                check_finite(self.metrics, st.step)
+                session.periodic_checkpoint()
+        return {**session.finish(), "updates": st.updates}
 
-    def env_step() -> int:
+    # --- acting and learning ------------------------------------------------------------------
+    def env_step(self) -> int:
         """One step of every env: act, step, store, count the updates due. Returns how many
         updates are due now (0 outside an update phase)."""
+        st, s, envs = self.st, self.s, self.envs
         at_episode_ends = s.train_at_episode_ends
         learning = st.policy_acts if at_episode_ends else st.step >= s.learning_starts  # sfujim/TD3: t >= start_timesteps
-        learner.observe(st.obs)  # random steps too: running statistics count every observation
-        action = learner.act(st.obs, explore=True) if learning else envs.action_space.sample()
+        self.learner.observe(st.obs)  # random steps too: running statistics count every observation
+        action = self.learner.act(st.obs, explore=True) if learning else envs.action_space.sample()
         next_obs, reward, terminated, truncated, infos = envs.step(action)
         done = terminated | truncated
-        buffer.add(st.obs, action, reward, transition_next_obs(next_obs, infos, done), terminated, truncated)
+        self.buffer.add(st.obs, action, reward, transition_next_obs(next_obs, infos, done), terminated, truncated)
         st.obs = next_obs
-        st.step += num_envs
-        bar.update(num_envs)
+        self.session.advance(envs.num_envs)
         if learning:
-            st.updates_due += num_envs * s.updates_per_step
-        train_now = not at_episode_ends and st.step % s.train_every < num_envs
+            st.updates_due += envs.num_envs * s.updates_per_step
+        train_now = not at_episode_ends and st.step % s.train_every < envs.num_envs
         if "episode" in infos:
             for i in np.flatnonzero(infos["_episode"]):
                 ret, length = float(infos["episode"]["r"][i]), int(infos["episode"]["l"][i])
-                episodes.append((st.step, ret, length))
+                self.episodes.append((st.step, ret, length))
                 if at_episode_ends and st.policy_acts:
-                    train_now |= episode_end(ret)
+                    train_now |= self.episode_end(ret)
                 elif at_episode_ends and st.step > s.learning_starts:
                     st.policy_acts = True
-        games.extend((st.step, score, length) for score, length in finished_games(infos, done))
+        self.games.extend((st.step, score, length) for score, length in finished_games(infos, done))
         if not learning or not train_now:
             return 0
         # The sum of a ratio such as 0.1 or 0.3 falls a float rounding short of a whole update
@@ -167,128 +154,121 @@ def train(
         st.updates += n
         return n
 
-    block = learner.block
+    def episode_end(self, ret: float) -> bool:
+        """A training episode's end, past the first: whether the updates due train now."""
+        st, checkpoints = self.st, self.s.policy_checkpoints
+        if checkpoints is None:
+            return True
+        state, train_now, keep = assess(Assessment(*st.assessment), ret, checkpoints, st.updates,
+                                        int(st.updates_due + 1e-9))
+        st.assessment = tuple(state)
+        if keep:
+            self.learner.keep_policy()
+        return train_now
 
-    def block_due() -> bool:
-        """Whether the agent's block comes before the next update (its every-th, the first included)."""
-        return block is not None and st.blocks <= (st.updates - st.pending) // block.every
+    def phase(self) -> None:
+        """Steps the envs once and runs the updates that came due, in as few calls as the buffer
+        and the agent's block allow; a stop request can end a long phase between its calls."""
+        st = self.st
+        if not st.pending:
+            st.pending = self.env_step()
+        while st.pending:
+            if self.block_due():
+                self.run_block()
+            k = self.before_block(st.pending if self.fused else 1)
+            self.metrics = self.learner.learn(self.buffer, self.s.batch_size, k)
+            st.pending -= k
+            if st.pending and self.stop_in_phase():
+                break
 
-    def run_block() -> None:
-        """The agent's block: its draws from the buffer as it is now, as many per call as fit."""
-        for i, k in enumerate(learner.block_chunks(s.batch_size)):
-            learner.run_block(block.replay.draw(buffer, s.batch_size, k), start=i == 0)
-        st.blocks += 1
-
-    def before_block(k: int) -> int:
-        """k updates capped at those before the next block."""
-        if block is None:
-            return k
-        done = st.updates - st.pending
-        return min(k, (done // block.every + 1) * block.every - done)
-
-    def event_due() -> bool:
-        """Whether the loop has to act between steps now: an evaluation, a log record, a
-        checkpoint, the end of the run or a stop request. A driven call returns for these."""
-        return (st.step >= min(st.next_eval, st.next_log, s.total_steps) or hooks.stop_requested()
-                or 0 < st.next_checkpoint <= st.step)
-
-    def source(td_error: np.ndarray | None):
-        """The driver's source: env steps up to the next update phase, its batches drawn together
-        (or one per call, for a buffer of priorities); asks to stop at anything event_due() names
-        or after steps_per_call steps, once the phase's updates are done."""
-        nonlocal more
-        if td_error is not None:
-            buffer.update_priorities(td_error)
-        while not st.pending:
-            st.pending = env_step()
-            more = not event_due() and st.step - call_start < s.steps_per_call
-            if not st.pending and not more:
-                return None, False
-        if block_due():  # the call ends; the loop runs the block and calls again
-            return None, False
-        k = before_block(st.pending if buffer.draws_together else 1)
-        st.pending -= k
-        return learner.replay.draw(buffer, s.batch_size, k), more or (st.pending > 0 and not stop_in_phase())
-
-    def stop_in_phase() -> bool:
+    def stop_in_phase(self) -> bool:
         """Whether a stop request ends the current update phase before its last update. Not in the
         run's last phase, which a stopped run would otherwise leave undone at total_steps."""
-        return st.step < s.total_steps and hooks.stop_requested()
+        return self.st.step < self.s.total_steps and self.hooks.stop_requested()
 
-    # fused: a phase's updates in one call, their batches drawn together unless the buffer's priorities
-    # must come back between them (prioritized replay: one batch per call)
-    fused = s.fuse_updates and buffer.draws_together
-    stopped = False
-    while st.step < s.total_steps or st.pending:  # pending at the end: a driven call ended for a block
-        if st.step >= st.next_eval and not st.pending:  # after the phase a stop cut short, as without the stop
-            st.next_eval += s.eval_every
-            run_eval()
+    # --- the agent's block (`Needs.block`: MR.Q's encoder in its author's schedule) ------------------
+    def block_due(self) -> bool:
+        """Whether the agent's block comes before the next update (its every-th, the first included)."""
+        st = self.st
+        return self.block is not None and st.blocks <= (st.updates - st.pending) // self.block.every
 
-        if driver is not None and s.steps_per_call > 0 and s.fuse_updates and st.step >= s.learning_starts:
-            # many steps and their updates in one call into the compiled graph
-            if st.pending and block_due():
-                run_block()
-            call_start = st.step
-            # the source's `more`: whether the call goes on past the updates due (a phase a stop cut
-            # short: its updates, then the event due)
-            more = not event_due()
-            last = driver.run(source)
-            if last is not None:
-                metrics = last
-                if "td_error" in metrics:  # the last batches' errors, which the source has not had
-                    buffer.update_priorities(metrics["td_error"])
-        else:
-            if not st.pending:
-                st.pending = env_step()
-            while st.pending:
-                if block_due():
-                    run_block()
-                k = before_block(st.pending if fused else 1)
-                metrics = learner.update(learner.replay.draw(buffer, s.batch_size, k))
-                buffer.update_priorities(metrics.get("td_error"))
-                st.pending -= k
-                if st.pending and stop_in_phase():
-                    break
-        for step, ret, length in episodes:  # logged here: never from inside a compiled call
-            logger.log("train", step, {"episode_return": ret, "episode_length": length})
-        for step, score, length in games:
-            logger.log("train", step, {"game_score": score, "game_length": length})
-        episodes.clear()
-        games.clear()
+    def run_block(self) -> None:
+        """The agent's block: its draws from the buffer as it is now, as many per call as fit."""
+        for i, k in enumerate(self.learner.block_chunks(self.s.batch_size)):
+            self.learner.run_block(self.block.replay.draw(self.buffer, self.s.batch_size, k), start=i == 0)
+        self.st.blocks += 1
 
-        if st.step >= st.next_log:
-            now = time.perf_counter()
-            record = {"steps_per_second": (st.step - step_log) / (now - t_log), "updates": st.updates}
-            if metrics is not None:
-                record.update({k: float(v) for k, v in metrics.items() if np.ndim(v) == 0})
-            logger.log("update", st.step, record)
-            check_finite(record, st.step)  # a loss that is NaN or inf ends the run (Diverged), logged first
-            t_log, step_log = now, st.step
-            st.next_log += s.log_every
+    def before_block(self, k: int) -> int:
+        """k updates capped at those before the next block."""
+        if self.block is None:
+            return k
+        done = self.st.updates - self.st.pending
+        return min(k, (done // self.block.every + 1) * self.block.every - done)
 
-        if hooks.stop_requested() and st.step < s.total_steps:  # at the end, finish: eval, summary
-            stopped = True
-            break
-        if 0 < st.next_checkpoint <= st.step and st.step < s.total_steps:
-            st.next_checkpoint += s.checkpoint_every
-            st.wall_time = wall_before + time.perf_counter() - t_start
-            check_finite(metrics, st.step)
-            hooks.checkpoint(st, "periodic")
+    # --- many steps in one compiled call (training/driven.py) ---------------------------------------
+    def driven(self) -> bool:
+        s = self.s
+        return self.driver is not None and s.steps_per_call > 0 and s.fuse_updates and self.st.step >= s.learning_starts
 
-    if not stopped:
-        run_eval()
-        while st.next_eval <= st.step:  # an extended run does not evaluate this step again
-            st.next_eval += s.eval_every
-    bar.close()
-    st.wall_time = wall_before + time.perf_counter() - t_start
-    hooks.checkpoint(st, "stop" if stopped else "final")
-    return {
-        "stopped": stopped,
-        "steps": st.step,
-        "updates": st.updates,
-        "final_return": st.last_eval["return_mean"] if st.last_eval else float("nan"),
-        **({"final_success_rate": st.last_eval["success_rate"]} if st.last_eval and "success_rate" in st.last_eval else {}),
-        "best_return": st.best_return,
-        "wall_time": st.wall_time,
-        "steps_per_second": st.step / st.wall_time if st.wall_time > 0 else float("nan"),
-    }
+    def driven_call(self) -> None:
+        """Env steps and their updates in one call into the compiled graph, until an event is due."""
+        if self.st.pending and self.block_due():
+            self.run_block()
+        self.call_start = self.st.step
+        # whether the call goes on past the updates due (a phase a stop cut short: its updates, then the event due)
+        self.more = not self.event_due()
+        last = self.driver.run(self.source, self.buffer, self.s.batch_size)
+        if last is not None:
+            self.metrics = last
+
+    def source(self) -> tuple[int, bool]:
+        """The driver's source: env steps up to the next update phase, its updates drawn together
+        (or one per call, for a buffer of priorities); asks to stop at anything event_due() names
+        or after steps_per_call steps, once the phase's updates are done."""
+        st, s = self.st, self.s
+        while not st.pending:
+            st.pending = self.env_step()
+            self.more = not self.event_due() and st.step - self.call_start < s.steps_per_call
+            if not st.pending and not self.more:
+                return 0, False
+        if self.block_due():  # the call ends; the loop runs the block and calls again
+            return 0, False
+        k = self.before_block(st.pending if self.buffer.draws_together else 1)
+        st.pending -= k
+        return k, self.more or (st.pending > 0 and not self.stop_in_phase())
+
+    def event_due(self) -> bool:
+        """Whether the loop has to act between steps now: an evaluation, a log record, a
+        checkpoint, the end of the run or a stop request. A driven call returns for these."""
+        st, s = self.st, self.s
+        return (st.step >= min(st.next_eval, st.next_log, s.total_steps) or self.hooks.stop_requested()
+                or 0 < st.next_checkpoint <= st.step)
+
+    # --- records (never from inside a compiled call) -------------------------------------------------
+    def log_episodes(self) -> None:
+        for step, ret, length in self.episodes:
+            self.logger.log("train", step, {"episode_return": ret, "episode_length": length})
+        for step, score, length in self.games:
+            self.logger.log("train", step, {"game_score": score, "game_length": length})
+        self.episodes.clear()
+        self.games.clear()
+
+    def log_updates(self) -> None:
+        st = self.st
+        now = time.perf_counter()
+        record = {"steps_per_second": (st.step - self.step_log) / (now - self.t_log), "updates": st.updates}
+        if self.metrics is not None:
+            record.update({k: float(v) for k, v in self.metrics.items() if np.ndim(v) == 0})
+        self.logger.log("update", st.step, record)
+        check_finite(record, st.step)  # a loss that is NaN or inf ends the run (Diverged), logged first
+        self.t_log, self.step_log = now, st.step
+        st.next_log += self.s.log_every
+
+
+def train(learner: Learner, buffer: Buffer, envs: gym.vector.VectorEnv, eval_env: gym.Env, settings: LoopSettings,
+          logger: Logger, state: LoopState | None = None, hooks: LoopHooks | None = None,
+          driver: GraphDriver | None = None) -> dict:
+    """Run the loop from `state` (a fresh start if None) to `settings.total_steps` env steps.
+    Returns a summary; `summary["stopped"]` is True when a stop request ended it early."""
+    state = state if state is not None else initial_state(envs, settings)
+    return OffPolicyLoop(learner, buffer, envs, eval_env, settings, logger, state, hooks or LoopHooks(), driver).run()

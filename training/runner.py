@@ -22,7 +22,7 @@ from training.config import ConfigError, override
 from training.faults import Diverged, check_finite
 from training.loggers import ConsoleLogger, CSVLogger, MultiLogger, TensorBoardLogger, WandbLogger
 from training.families import family_of
-from training.loop import LoopHooks
+from training.session import LoopHooks
 from training.provenance import provenance
 from training.resume import env_label, hydra_record
 from training.runlock import RunDirLock

@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from agents.compiling import compile_fn
+from agents.compiling import compile_fn, tracing_count
 from networks.normalization import RunningNormalizer
 
 
@@ -50,8 +50,7 @@ class CompiledPopulation:
     @property
     def trace_counts(self) -> tuple[int, int]:
         """How many times `population_act` and `evolve` have been traced (0 in eager mode)."""
-        return tuple(f.experimental_get_tracing_count() if hasattr(f, "experimental_get_tracing_count") else 0
-                     for f in (self._act, self._evolve))
+        return tracing_count(self._act), tracing_count(self._evolve)
 
     def update_graph(self):
         return None

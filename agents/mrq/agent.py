@@ -1,9 +1,6 @@
-"""MR.Q's agent: its networks and optimizers, the schedule of its updates (`update`, the encoder's
-`Block`) and the three updates, as the author's `train()`, `train_encoder` and `train_rl` (the
-package's docstring says what it learns and where it departs from the author's code)."""
+"""MR.Q's agent: its networks and optimizers, the schedule of its updates (`update`, the encoder's `Block`) and the
+three updates, as the author's `train()`, `train_encoder` and `train_rl` (see the package's docstring)."""
 from __future__ import annotations
-
-from typing import ClassVar
 
 import numpy as np
 import tensorflow as tf
@@ -11,17 +8,17 @@ import tensorflow as tf
 from agents import losses as shared
 from agents.acting import Forward
 from agents.base import ActionBox, copy_of, tf_seed
-from agents.needs import Needs
-from agents.optimizers import adamw
 from agents.mrq import acting, losses
 from agents.mrq.networks import MRQNetworks, acting_policy, copy_weights
 from agents.mrq.replay import RunsBatch, RunsDraw, ScaledBatch, needs
 from agents.mrq.settings import Settings
+from agents.needs import Needs
+from agents.optimizers import adamw
 
 
 class MRQ:
-    ACTION_KIND: ClassVar[str] = "any"
-    SETTINGS: ClassVar[type] = Settings  # what `**settings` takes (the config check reads it)
+    ACTION_KIND = "any"
+    SETTINGS = Settings  # what `**settings` takes (the config check reads it)
     needs = Needs()  # its instances declare theirs
 
     def __init__(self, obs_shape: tuple[int, ...], network: MRQNetworks, rng: np.random.Generator,
