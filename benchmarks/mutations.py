@@ -58,6 +58,7 @@ CROSSQ = ("tests/test_crossq.py", "-k", "not resume and not export")
 TD7 = ("tests/test_td7.py", "-k", "not resumes_bit_exact")
 DDPG = ("tests/test_losses.py",)
 GA = ("tests/test_ga.py", "-k", "not resume and not export and not wandb")
+PRIORITIES = ("tests/test_fast_paths.py", "-k", "source_error or driven_from_inside")
 
 F, U, P, RP = "buffers/frames.py", "buffers/uniform.py", "buffers/prioritized.py", "agents/replay.py"
 ATR, DM, PX, AUG, MQ, DQ = "envs/atari.py", "envs/dmc.py", "envs/pixels.py", "agents/augment.py", "agents/mrq/agent.py", "agents/dqn.py"
@@ -155,10 +156,16 @@ MUTATIONS = (
              "pairs = [(self.policy_target, self.policy_net), (self.value_target, self.value)] + (\n"
              "            [(self.encoder_target, self.encoder)] if self.blocks else [])\n", MRQ),
     Mutation("Q42", "author's schedule: blocks one update late", "training/loop.py",
-             "st.blocks <= (st.updates - st.pending) // block.every", "st.blocks < (st.updates - st.pending) // block.every",
+             "st.blocks <= (st.updates - st.pending) // self.block.every",
+             "st.blocks < (st.updates - st.pending) // self.block.every",
              MRQ),
     Mutation("Q43", "author's schedule: a driven call runs on past a block due", "training/loop.py",
-             "        if block_due():  # the call ends", "        if False:  # the call ends", MRQ),
+             "        if self.block_due():  # the call ends", "        if False:  # the call ends", MRQ),
+    # the priorities' way back to the buffer, which the loop no longer sees (stop 66)
+    Mutation("P1", "learn() hands no priorities back", "agents/compiled.py",
+             'buffer.update_priorities(metrics.pop("td_error", None))', 'metrics.pop("td_error", None)', PRIORITIES),
+    Mutation("P2", "the graph driver hands no priorities back between calls of its source", "training/driven.py",
+             "                self._buffer.update_priorities(np.array(td_error))\n", "", PRIORITIES),
     Mutation("Q11", "target copies one update late", MQ, "(self.updates - 1) % self.settings.target_update_every",
              "self.updates % self.settings.target_update_every", MRQ),
     Mutation("Q12", "LAP's td_error the mean of the heads' errors", MQ, '"td_error": tf.reduce_max(',
