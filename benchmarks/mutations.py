@@ -162,9 +162,9 @@ MUTATIONS = (
     Mutation("Q43", "author's schedule: a driven call runs on past a block due", "training/loop.py",
              "        if self.block_due():  # the call ends", "        if False:  # the call ends", MRQ),
     # the priorities' way back to the buffer, which the loop no longer sees (stop 66)
-    Mutation("P1", "learn() hands no priorities back", "agents/compiled.py",
+    Mutation("W1", "learn() hands no priorities back", "agents/compiled.py",
              'buffer.update_priorities(metrics.pop("td_error", None))', 'metrics.pop("td_error", None)', PRIORITIES),
-    Mutation("P2", "the graph driver hands no priorities back between calls of its source", "training/driven.py",
+    Mutation("W2", "the graph driver hands no priorities back between calls of its source", "training/driven.py",
              "                self._buffer.update_priorities(np.array(td_error))\n", "", PRIORITIES),
     Mutation("Q11", "target copies one update late", MQ, "(self.updates - 1) % self.settings.target_update_every",
              "self.updates % self.settings.target_update_every", MRQ),

@@ -1,7 +1,11 @@
 """The training envs in a checkpoint: restored mid-episode, they go on exactly as if never saved,
 from plain data that loads without pickle."""
+import os
+
 import numpy as np
 import pytest
+
+from helpers import ROOT
 
 from envs.factory import make_vector_env
 from envs.state import EnvStateError, env_state, set_env_state
@@ -21,13 +25,29 @@ def through_files(tree, tmp_path):
     return plaindata.read(str(tmp_path / "state.json"), str(tmp_path / "state.npz"))
 
 
-@pytest.mark.parametrize("env_id", ["Ant-v5", "Hopper-v5", "Pendulum-v1", "CartPole-v1", "Gridworld-v0", "MinAtar-v1"])
-def test_restored_envs_continue_exactly(env_id, tmp_path):
-    """Into envs rebuilt from the same arguments, never reset: 150 steps cross episode ends
-    (terminations, CartPole's and the Gridworld's within a few dozen steps), then an unseeded reset
-    and a draw of the action space, each from its own restored generator."""
-    envs = make_vector_env(env_id, 2, seed=3)
-    envs.reset(seed=3)
+SUITES = sorted(f[:-5] for f in os.listdir(os.path.join(ROOT, "conf", "env")) if f.endswith(".yaml"))
+
+
+def suite_envs(make_cfg, name):
+    """Two training envs of conf/env/<name>.yaml, made as build_run makes them."""
+    from training.config import frame_stack
+
+    cfg = make_cfg(f"env={name}")
+    return make_vector_env(cfg.env.id, 2, seed=3, max_episode_steps=cfg.env.max_episode_steps,
+                           kwargs=cfg.env.kwargs, frame_stack=frame_stack(cfg))
+
+
+@pytest.mark.parametrize("name", SUITES)
+def test_every_suite_makes_seeded_envs_whose_state_restores_exactly(make_cfg, name, tmp_path):
+    """Every conf/env yaml (a new suite's too): its envs are made as a run makes them, a seeded
+    reset is the same every time and in the observation space, and restored mid-episode into
+    envs rebuilt from the same arguments, never reset, they go on exactly: 150 steps cross
+    episode ends (terminations, CartPole's and the Gridworld's within a few dozen steps), then an
+    unseeded reset and a draw of the action space, each from its own restored generator."""
+    envs = suite_envs(make_cfg, name)
+    first = envs.reset(seed=3)[0]
+    assert envs.observation_space.contains(first)
+    np.testing.assert_array_equal(suite_envs(make_cfg, name).reset(seed=3)[0], first)
     rng = np.random.default_rng(0)
     rollout(envs, [envs.action_space.sample() for _ in range(7)])  # mid-episode
     saved = through_files(env_state(envs), tmp_path)
@@ -37,7 +57,7 @@ def test_restored_envs_continue_exactly(env_id, tmp_path):
     after = rollout(envs, actions)
     first_reset = envs.reset()[0]  # unseeded: from each env's own RNG
     drawn = envs.action_space.sample()
-    restored = make_vector_env(env_id, 2, seed=3)
+    restored = suite_envs(make_cfg, name)
     set_env_state(restored, saved)
     again = rollout(restored, actions)
     for (o1, r1, te1, tr1), (o2, r2, te2, tr2) in zip(after, again):
