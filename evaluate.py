@@ -3,7 +3,7 @@
     python evaluate.py run_dir=outputs/2026-11-21/12-00-00 episodes=20 checkpoint=best
     python evaluate.py run_dir=... video=true        # mp4s in <run_dir>/eval/
     python evaluate.py run_dir=... export=true       # TF SavedModel in <run_dir>/export/
-    python evaluate.py run_dir=... out_dir=~/evals/run1   # a run dir you cannot write: results go there
+    python evaluate.py run_dir=... out_dir=$HOME/evals/run1   # a run dir you cannot write: results go there
 
 Rebuilds the run from its saved .hydra/config.yaml, restores the checkpoint, runs deterministic
 episodes, prints mean/std/min/max and writes them to <out_dir>/eval/<checkpoint>.json (out_dir:

@@ -35,7 +35,7 @@ def writable(directory: str) -> str:
         raise OutputError(
             f"cannot write the evaluation's results to {directory} ({err.strerror or err}). A run directory on a "
             f"read-only or shared mount can still be evaluated: pass out_dir=<a directory you can write> (e.g. "
-            f"out_dir=~/evals/<run>) and eval/<checkpoint>.json, the videos and export/ go there; the run directory "
+            f"out_dir=$HOME/evals/<run>) and eval/<checkpoint>.json, the videos and export/ go there; the run directory "
             f"is only read.") from err
     return directory
 
