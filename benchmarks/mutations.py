@@ -165,7 +165,7 @@ MUTATIONS = (
     Mutation("W1", "learn() hands no priorities back", "agents/compiled.py",
              'buffer.update_priorities(metrics.pop("td_error", None))', 'metrics.pop("td_error", None)', PRIORITIES),
     Mutation("W2", "the graph driver hands no priorities back between calls of its source", "training/driven.py",
-             "                self._buffer.update_priorities(np.array(td_error))\n", "", PRIORITIES),
+             "self._buffer.update_priorities(np.array(td_error))", "pass", PRIORITIES),
     Mutation("Q11", "target copies one update late", MQ, "(self.updates - 1) % self.settings.target_update_every",
              "self.updates % self.settings.target_update_every", MRQ),
     Mutation("Q12", "LAP's td_error the mean of the heads' errors", MQ, '"td_error": tf.reduce_max(',
