@@ -22,7 +22,7 @@ from training.loggers import Logger
 from training.session import Evaluation, LoopHooks, Session
 
 
-class Population(Protocol):
+class PopulationLearner(Protocol):
     """What the loop drives (`agents.ga.CompiledPopulation`)."""
 
     def population_act(self, obs: np.ndarray) -> np.ndarray: ...
@@ -67,7 +67,7 @@ class GenerationResult:
     env_seconds: float | None = None  # in the vector env's steps
 
 
-def run_generation(population: Population, envs: gym.vector.VectorEnv, episodes: int, reset_seed: int) -> GenerationResult:
+def run_generation(population: PopulationLearner, envs: gym.vector.VectorEnv, episodes: int, reset_seed: int) -> GenerationResult:
     """`episodes` episodes of every individual, individual p in env p. All envs start from the
     same seed, so every individual meets the same initial states (common random numbers: fitness
     differences are the policies', not the draws'). A finished env's next episode starts in the
@@ -134,7 +134,7 @@ def initial_evolution_state(settings: EvolutionSettings) -> EvolutionState:
     return EvolutionState(next_checkpoint=settings.checkpoint_every or -1)
 
 
-def train_population(population: Population, generation: Callable[[int], GenerationResult], eval_env: gym.Env,
+def train_population(population: PopulationLearner, generation: Callable[[int], GenerationResult], eval_env: gym.Env,
                      settings: EvolutionSettings, logger: Logger, rng: np.random.Generator,
                      state: EvolutionState | None = None, hooks: LoopHooks | None = None) -> dict:
     """Generations from `state` until `settings.total_steps` env steps; a summary with the keys of

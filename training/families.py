@@ -55,10 +55,7 @@ class OffPolicy:
                 raise CheckpointError(f"checkpoint {path} holds a replay buffer that does not fit this run's: {err}") from err
         else:
             console(f"warning: {path} holds no replay buffer (checkpoint.buffer=false); resuming with an empty one.")
-        if saved["envs"] is not None and not isinstance(saved["envs"], dict):  # unpickled from a trusted old checkpoint
-            run.envs.close()
-            run.envs = saved["envs"]
-        elif saved["envs"] is not None:
+        if saved["envs"] is not None:
             try:
                 set_env_state(run.envs, saved["envs"])
             except EnvStateError as err:

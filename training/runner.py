@@ -172,10 +172,7 @@ def agent_variables(agent) -> dict:
 
 
 def loop_state_of(saved, cls, path: str):
-    """The loop's state `cls` (LoopState, EvolutionState) from a checkpoint's plain record of its
-    fields (a trusted old checkpoint holds the unpickled object itself)."""
-    if isinstance(saved, cls):
-        return saved
+    """The loop's state `cls` (LoopState, EvolutionState) from a checkpoint's plain record of its fields."""
     fields = {f.name for f in dataclasses.fields(cls)}
     if not isinstance(saved, dict) or not set(saved) <= fields:
         raise CheckpointError(f"checkpoint {path} holds a loop state with fields this run does not have "
