@@ -142,6 +142,20 @@ def make_vector_env(
     return envs
 
 
+def check_same_step_autoreset(envs: gym.vector.VectorEnv) -> None:
+    """Refuse vector envs that do not reset in the step an episode ends (gymnasium's default is the
+    next step): the loop stores each step as a transition and reads the last observation of an
+    ended episode from `info["final_obs"]`, which only same-step autoreset gives."""
+    mode = envs.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
+    if mode != gym.vector.AutoresetMode.SAME_STEP:
+        raise EnvConfigError(
+            f"the training envs reset in autoreset mode {getattr(mode, 'value', mode)!r}, but the off-policy loop needs "
+            f"same-step autoreset: it stores every step as a transition and reads an ended episode's last observation "
+            f"from info['final_obs']. Make them with autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP (as "
+            f"envs.factory.make_vector_env does), e.g. gymnasium.vector.SyncVectorEnv(fns, "
+            f"autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP).")
+
+
 def transition_next_obs(next_obs: np.ndarray, infos: dict, done: np.ndarray) -> np.ndarray:
     """With same-step autoreset, a finished env's `next_obs` is already the next episode's first
     observation; the true last observation is in `infos["final_obs"]`."""

@@ -13,7 +13,7 @@ import numpy as np
 from agents.compiling import Learner
 from agents.needs import PolicyCheckpoints
 from buffers.types import Buffer
-from envs.factory import finished_games, transition_next_obs
+from envs.factory import check_same_step_autoreset, finished_games, transition_next_obs
 from training.assessment import Assessment, assess
 from training.driven import GraphDriver
 from training.faults import check_finite
@@ -270,5 +270,6 @@ def train(learner: Learner, buffer: Buffer, envs: gym.vector.VectorEnv, eval_env
           driver: GraphDriver | None = None) -> dict:
     """Run the loop from `state` (a fresh start if None) to `settings.total_steps` env steps.
     Returns a summary; `summary["stopped"]` is True when a stop request ended it early."""
+    check_same_step_autoreset(envs)
     state = state if state is not None else initial_state(envs, settings)
     return OffPolicyLoop(learner, buffer, envs, eval_env, settings, logger, state, hooks or LoopHooks(), driver).run()
