@@ -38,7 +38,7 @@ from omegaconf import DictConfig, OmegaConf
 from envs.factory import EnvConfigError
 from training.config import ConfigError, override, validate, warnings
 from training.faults import WRITE_FAULTS, Diverged, clear_failure, record_failure, write_failure, write_problem
-from training.plugins import missing_plugin, ray_problem, slurm_problem, unknown_choice
+from training.command_line import read_command_line
 from training.resume import resume_config
 from training.runlock import RunDirLock
 
@@ -193,8 +193,9 @@ def _cluster_job() -> bool:
 
 
 if __name__ == "__main__":
-    if (problem := missing_plugin(sys.argv[1:]) or unknown_choice(sys.argv[1:]) or slurm_problem(sys.argv[1:])
-                    or ray_problem(sys.argv[1:])) is not None:
-        print(f"error: {problem}", file=sys.stderr)
+    try:
+        sys.argv[1:] = read_command_line(sys.argv[1:])
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     main()

@@ -117,13 +117,12 @@ def in_process(capsys, script: str, *args: str):
     code, argv = 0, sys.argv
     sys.argv = [script, *args]
     try:
-        problem = (module.missing_plugin(list(args)) or module.unknown_choice(list(args))
-                   or module.slurm_problem(list(args)) or module.ray_problem(list(args))) if script == "train.py" else None
-        if problem is not None:
-            print(f"error: {problem}", file=sys.stderr)
-            code = 2
-        else:
-            module.main()
+        if script == "train.py":  # what its `__main__` does before Hydra starts
+            sys.argv = [script, *module.read_command_line(list(args))]
+        module.main()
+    except module.ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        code = 2
     except SystemExit as exit:
         code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
     finally:
