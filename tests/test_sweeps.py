@@ -117,7 +117,7 @@ def test_the_handler_handed_the_stop_runs_its_commands_with_sigterm_ignored():
     command too; killed before it exits, it reads as the job's failure (seen once in test_slurm).
     The handler the run hands its stop to starts its commands with SIGTERM ignored (an ignored
     signal stays ignored in a child), and the run's own SIGTERM handling comes back after it."""
-    from training.runner import StopSignal
+    from training.stopping import StopSignal
 
     seen = []
 

@@ -9,104 +9,23 @@ import dataclasses
 import json
 import os
 import random
-import signal
-import threading
-import uuid
 from typing import Callable
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from training.builder import build_run, describe
 from training.checkpoints import CheckpointError, Checkpointer, list_checkpoints, resolve_checkpoint
 from training.config import ConfigError, override
-from training.faults import Diverged, check_finite
-from training.loggers import ConsoleLogger, CSVLogger, MultiLogger, TensorBoardLogger, WandbLogger
 from training.families import family_of
-from training.session import LoopHooks
+from training.faults import Diverged, check_finite
+from training.loggers import CSVLogger, MultiLogger
 from training.provenance import provenance
 from training.resume import env_label, hydra_record
+from training.run_logging import make_logger
 from training.runlock import RunDirLock
+from training.session import LoopHooks
 from training.speed import Speed
-
-
-class StopSignal:
-    """SIGTERM, SIGINT or SIGUSR2 asks the loop to stop after the current step; a second SIGINT
-    forces it. SIGUSR2 is how submitit (the SLURM launcher) announces a timeout: once the run has
-    written its checkpoint, `hand_over` passes the signal on to the handler that was there before
-    (submitit's, which requeues the job), so the cluster's own mechanism still runs.
-
-    Python runs a signal's handler in the main thread, and only between bytecodes: while the main
-    thread waits in a compiled call that drives many env steps, the handler waits too, and the
-    driven env steps (in TensorFlow's threads) would not see the request until the call returned.
-    So the signal is also written at once, by the interpreter's C handler, to a pipe
-    (`signal.set_wakeup_fd`) that `requested` reads from any thread."""
-
-    SIGNALS = tuple(s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGUSR2", None)) if s is not None)
-
-    def __init__(self):
-        self.signum: int | None = None  # set by the handler: the signal that stopped the run
-        self._seen: int | None = None  # read from the pipe, possibly before the handler has run
-        self._previous: dict = {}
-        self._pipe: tuple[int, int] | None = None
-        self._previous_fd = -1
-        self._main = threading.main_thread().ident
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for sig in self.SIGNALS:
-                self._previous[sig] = signal.signal(sig, self._handle)
-            read, write = os.pipe()
-            os.set_blocking(read, False)
-            os.set_blocking(write, False)
-            self._pipe = (read, write)
-            self._previous_fd = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
-        return self
-
-    def _handle(self, signum, frame):
-        if self.signum is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.signum = signum
-
-    def __exit__(self, *exc):
-        if self._pipe is not None:
-            signal.set_wakeup_fd(self._previous_fd)
-            for fd in self._pipe:
-                os.close(fd)
-            self._pipe = None
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-    def requested(self) -> bool:
-        if self.signum is not None or self._seen is not None:
-            return True
-        # the main thread runs the handler itself, between bytecodes: only other threads read the pipe
-        if self._pipe is not None and threading.get_ident() != self._main:
-            try:
-                arrived = os.read(self._pipe[0], 64)
-            except BlockingIOError:  # nothing arrived
-                return False
-            for signum in arrived:  # the pipe carries every signal Python handles, not only these
-                if signum in self.SIGNALS:
-                    self._seen = signum
-                    return True
-        return False
-
-    def hand_over(self, step: int) -> None:
-        """Call the previous Python handler of the signal that stopped the run, if there was one."""
-        previous = self._previous.get(self.signum)
-        if self.signum is not None and callable(previous) and previous is not signal.default_int_handler:
-            # the job's log says where the run stopped: the handler may requeue the job and exit
-            print(f"stopped by {signal.Signals(self.signum).name} at step {step}; checkpoint written; passing the "
-                  f"signal on to the handler that was there before (a launcher's, e.g. submitit's, which requeues "
-                  f"the job)", flush=True)
-            # submitit's handler runs `scontrol requeue`, and SLURM's SIGTERM for that requeue reaches
-            # the command too: killed before it exits, it reads as the job's failure though the job was
-            # requeued. A signal ignored here stays ignored in a child; the run has stopped already.
-            term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            try:
-                previous(self.signum, None)
-            finally:
-                signal.signal(signal.SIGTERM, term)
+from training.stopping import StopSignal
 
 
 def run_identity(cfg: DictConfig, run_dir: str) -> dict:
@@ -286,29 +205,9 @@ def drive(cfg: DictConfig, run_dir: str, parts, logger: MultiLogger, speed: dict
     return summary
 
 
-def make_logger(cfg: DictConfig, run_dir: str, console, speed: dict, csv_logger: CSVLogger, learner) -> MultiLogger:
-    """The run's loggers: console, CSV, and TensorBoard and W&B as the config asks."""
-    loggers = [ConsoleLogger(write=console), csv_logger]
-    if cfg.logger.tensorboard:
-        tb = TensorBoardLogger(run_dir)
-        loggers.append(tb)
-        if cfg.logger.trace_graph and (graph := learner.update_graph()) is not None:
-            tb.write_graph(graph)
-    if cfg.logger.wandb:
-        loggers.append(_wandb_logger(cfg, run_dir, console, speed))
-    return MultiLogger(loggers)
-
-
 def write_summary(run_dir: str, summary: dict) -> None:
     with open(os.path.join(run_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
-
-
-def wandb_config(cfg: DictConfig, decided: dict) -> dict:
-    """The config as composed, its `speed` group with what `auto` decided here beside it."""
-    config = OmegaConf.to_container(cfg, resolve=True)
-    config["speed"] = {**config.get("speed", {}), **decided}
-    return config
 
 
 def _close(logger, parts, quiet: bool = True) -> None:
@@ -319,28 +218,3 @@ def _close(logger, parts, quiet: bool = True) -> None:
         except Exception:
             if not quiet:
                 raise
-
-
-def _wandb_logger(cfg: DictConfig, run_dir: str, console, speed: dict) -> WandbLogger:
-    id_file = os.path.join(run_dir, "wandb_id.txt")
-    if os.path.exists(id_file):
-        with open(id_file) as f:
-            run_id = f.read().strip()
-    else:
-        run_id = uuid.uuid4().hex[:12]
-        with open(id_file, "w") as f:
-            f.write(run_id)
-    w = cfg.wandb
-    group, name = w.group, w.name
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
-        hc = HydraConfig.get()  # one W&B group per sweep, one run per job named by its overrides
-        group = group or os.path.basename(os.path.normpath(hc.sweep.dir))
-        name = name or hc.job.override_dirname or f"job{hc.job.num}"
-    return WandbLogger(
-        run_dir=run_dir, project=w.project, entity=w.entity, group=group, name=name or os.path.basename(run_dir),
-        mode=w.mode, tags=list(w.tags or []), run_id=run_id, init_timeout=float(w.init_timeout),
-        config=wandb_config(cfg, speed), warn=console,
-    )
