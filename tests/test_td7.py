@@ -445,7 +445,7 @@ def test_the_lap_switch_names_what_runs(make_cfg):
     refused, naming the mismatch."""
     from buffers.prioritized import PrioritizedReplay
     from buffers.uniform import UniformReplay
-    from training.builder import check_lap
+    from training.fit import check_lap
     from training.config import ConfigError
 
     cfg = make_cfg("agent=td7", "agent.target_update_every=100", "agent.min_priority=0.5")

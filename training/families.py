@@ -8,16 +8,19 @@ from __future__ import annotations
 
 from typing import Callable
 
+import gymnasium as gym
 from omegaconf import DictConfig
 
+from agents.ga import CompiledPopulation
 from envs.state import EnvStateError, env_state, set_env_state
-from training.builder import Run, population_generation
+from training.builder import Run
 from training.checkpoints import CheckpointError
-from training.config import frame_stack
-from training.evolution import EvolutionState, train_population
+from training.config import ConfigError, frame_stack
+from training.evolution import EvolutionState, GenerationResult, generation_in_graph, run_generation, train_population
 from training.loggers import Logger
 from training.loop import LoopState, initial_state, train
 from training.session import LoopHooks
+from training.speed import Speed
 
 
 class OffPolicy:
@@ -110,3 +113,34 @@ class Population:
 
 def family_of(cfg: DictConfig, run: Run) -> OffPolicy | Population:
     return Population(cfg, run) if run.learner.agent.needs.population else OffPolicy(cfg, run)
+
+
+def population_generation(cfg: DictConfig, learner: CompiledPopulation, envs: gym.vector.VectorEnv,
+                          speed: Speed) -> tuple[Callable, str]:
+    """How a population's generations run (`training.evolution`): on the vector env, a compiled
+    call per step; or, with `speed.env_in_graph` where the env's dynamics exist in TensorFlow, a
+    whole generation as one XLA-compiled call (the same fitness, tested). Returns
+    (generation(seed) -> GenerationResult, a description for the console)."""
+    from envs.cartpole_tf import graph_env
+
+    choice = cfg.speed.get("env_in_graph", "auto")  # absent in runs saved before it existed
+    agent = learner.agent
+    dynamics = graph_env(cfg.env.id, cfg.env.max_episode_steps, cfg.env.kwargs)
+    problem = None
+    if dynamics is None:
+        problem = f"{cfg.env.id} (as configured) has no dynamics in TensorFlow; CartPole-v1 with its own time limit has"
+    elif learner.obs_norm is not None:
+        problem = "network.obs_norm updates its statistics in Python from every step's observations"
+    if problem is not None and choice is True:
+        raise ConfigError(f"speed.env_in_graph=true cannot run this generation in one call: {problem}. "
+                          f"Set speed.env_in_graph=auto to run it on the vector env.")
+    if problem is not None or choice is False:
+        return (lambda seed: run_generation(learner, envs, agent.episodes, seed)), "vector env, one call per step"
+    run = generation_in_graph(agent.population_act, dynamics.step, dynamics.state_dim, dynamics.time_limit,
+                              agent.population, jit_compile=speed.compile != "eager")
+
+    def generation(seed: int) -> GenerationResult:
+        fitness, steps, vector_steps = run(dynamics.start_states(seed, agent.episodes))
+        return GenerationResult(fitness.numpy(), int(steps), int(vector_steps))
+
+    return generation, "the whole generation in one compiled call (speed.env_in_graph)"
