@@ -224,6 +224,9 @@ def test_bad_input_gets_a_clear_message_and_nonzero_exit(tmp_path, capsys, overr
                             "env=pendulum?"),
         (["-m", "agent=td3,dqm"], f"error: agent=dqm names no config in conf/agent/; the choices are {AGENT_CHOICES}. "
                                   "Did you mean agent=dqn?"),
+        # Hydra's own grammar, read by its parser: a choice() sweep and a quoted value
+        (["-m", "agent=choice(td3, dqm)"], "error: agent=dqm names no config in conf/agent/"),
+        (["env='pendullum'"], "error: env=pendullum names no config in conf/env/"),
     ],
 )
 def test_unknown_group_option_names_the_choices(tmp_path, capsys, overrides, message):

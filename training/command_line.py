@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import re
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
-
 from training.config import ConfigError
-from training.plugins import missing_plugin, ray_problem, slurm_problem, unknown_choice
+from training.plugins import missing_plugin, override_values, parsed_overrides, ray_problem, slurm_problem, unknown_choice
 
 # id pattern -> (the group, {its key: a function of the match giving the value})
 IDS = [
@@ -26,28 +24,15 @@ IDS = [
 ]
 
 
-def _overrides(argv: list[str]):
-    """(index in argv, parsed override) of each override on the command line (flags left out)."""
-    found = []
-    for i, arg in enumerate(argv):
-        if arg.startswith("-"):
-            continue
-        try:
-            found.append((i, OverridesParser.create().parse_overrides([arg])[0]))
-        except Exception:  # noqa: BLE001 - not an override this reads; Hydra reports it with its own message
-            continue
-    return found
-
-
 def ecosystem_ids(argv: list[str]) -> list[str]:
     """`argv` with an `env.id=` that names an ecosystem id replaced by the group and keys it means.
     A ConfigError when the rest of the command line contradicts it (another env group, another game),
     or when such ids are swept (sweep the group's own key instead)."""
-    overrides = _overrides(argv)
+    overrides = parsed_overrides(argv)
     for i, o in overrides:
         if o.key_or_group != "env.id":
             continue
-        values = list(o.sweep_string_iterator()) if o.is_sweep_override() and o.is_discrete_sweep() else [str(o.value())]
+        values = override_values(o) or []
         matches = [(pattern.fullmatch(v), group, keys) for v in values for pattern, group, keys in IDS
                    if pattern.fullmatch(v)]
         if not matches:

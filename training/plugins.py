@@ -7,7 +7,6 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -24,6 +23,36 @@ PRESETS = {
 }
 
 
+def parsed_overrides(argv: list[str]) -> list:
+    """(index in argv, Override) of each argument Hydra's override parser reads, as Hydra will read it
+    (quoted values, `choice(...)` and `+`/`++` forms included); flags and what it cannot parse are left
+    out (Hydra reports those with its own message)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser, found = OverridesParser.create(), []
+    for i, arg in enumerate(argv):
+        if arg.startswith("-"):
+            continue
+        try:
+            found.append((i, parser.parse_overrides([arg.strip().removeprefix("override ").strip()])[0]))
+        except Exception:  # noqa: BLE001 - Hydra's own parse error, which Hydra reports when it starts
+            continue
+    return found
+
+
+def override_values(override) -> list[str] | None:
+    """The values an override gives, as strings: its one value, or each of a choice sweep's; None for a
+    sweep that is no list of values (a range, an interval, a glob), which Hydra expands itself."""
+    if not override.is_sweep_override():
+        value = override.value()
+        return None if value is None else [str(value)]
+    from hydra.core.override_parser.types import ValueType
+
+    if override.value_type not in (ValueType.SIMPLE_CHOICE_SWEEP, ValueType.CHOICE_SWEEP):
+        return None
+    return list(override.sweep_string_iterator())
+
+
 def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
@@ -31,18 +60,19 @@ def _installed(module: str) -> bool:
 def missing_plugin(argv: list[str]) -> str | None:
     """The error for the first launcher/sweeper choice on the command line whose plugin is not
     installed, or None."""
-    for arg in argv:
-        m = re.fullmatch(r"(?:override\s+)?(hydra/launcher|hydra/sweeper)=(\w+)", arg.strip())
-        if not m or m.group(2) not in PRESETS[m.group(1)]:
-            continue
-        module, package, install = PRESETS[m.group(1)][m.group(2)]
-        if not _installed(module):
-            others = sorted(name for name, (mod, *_) in PRESETS[m.group(1)].items() if _installed(mod))
-            return (
-                f"{m.group(1)}={m.group(2)} needs Hydra's {package} plugin, which is not installed in "
-                f"this environment. Install it with `{install}` (or `pip install {package}`), or choose "
-                f"another {m.group(1).split('/')[1]} that is installed: {', '.join(['basic', *others])}."
-            )
+    for _, o in parsed_overrides(argv):
+        group, values = o.key_or_group, override_values(o) or []
+        for choice in values if group in PRESETS else []:
+            if choice not in PRESETS[group]:
+                continue
+            module, package, install = PRESETS[group][choice]
+            if not _installed(module):
+                others = sorted(name for name, (mod, *_) in PRESETS[group].items() if _installed(mod))
+                return (
+                    f"{group}={choice} needs Hydra's {package} plugin, which is not installed in "
+                    f"this environment. Install it with `{install}` (or `pip install {package}`), or choose "
+                    f"another {group.split('/')[1]} that is installed: {', '.join(['basic', *others])}."
+                )
     return None
 
 
@@ -58,13 +88,12 @@ def unknown_choice(argv: list[str], conf_dir: str = CONF_DIR) -> str | None:
            for a in argv):
         return None
     groups = {g for g in os.listdir(conf_dir) if g != "hydra" and os.path.isdir(os.path.join(conf_dir, g))}
-    for arg in argv:
-        m = re.fullmatch(r"(?:override\s+)?\+{0,2}(\w+)=([\w.-]+(?:,[\w.-]+)*)", arg.strip())
-        if not m or m.group(1) not in groups:
+    for _, o in parsed_overrides(argv):
+        group, values = o.key_or_group, override_values(o)
+        if group not in groups or values is None:
             continue
-        group = m.group(1)
         options = sorted(f[:-5] for f in os.listdir(os.path.join(conf_dir, group)) if f.endswith(".yaml"))
-        for choice in m.group(2).split(","):
+        for choice in values:
             if choice in options or choice == "null":
                 continue
             close = difflib.get_close_matches(choice, options, n=1)
@@ -77,8 +106,8 @@ def unknown_choice(argv: list[str], conf_dir: str = CONF_DIR) -> str | None:
 
 
 def _override(argv: list[str], key: str) -> str | None:
-    """The value the command line gives `key` (the last one), or None."""
-    values = [m.group(1) for a in argv if (m := re.fullmatch(rf"(?:override\s+)?\+{{0,2}}{re.escape(key)}=(.*)", a.strip()))]
+    """The value the command line gives `key` (the last one; a sweep's values joined by commas), or None."""
+    values = [",".join(override_values(o) or []) for _, o in parsed_overrides(argv) if o.key_or_group == key]
     return values[-1] if values else None
 
 
