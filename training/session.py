@@ -4,7 +4,7 @@ between iterations, and the end of a session (its last evaluation, its checkpoin
 
 A loop (training/loop.py's off-policy loop, training/evolution.py's generations) owns what differs:
 how it steps the envs and learns, what it logs. Its state is a dataclass with at least the fields
-of `SessionState`; hooks reach the outside world (`LoopHooks`)."""
+`Session` reads (below); hooks reach the outside world (`LoopHooks`)."""
 from __future__ import annotations
 
 import time
