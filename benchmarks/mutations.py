@@ -2,7 +2,7 @@
 exact source edit), and the fast tests named with it should then fail. A mutation the tests miss
 is a part no test holds.
 
-    uv run python benchmarks/mutations.py [--only F1 Q9 ...] [--output benchmarks/results/mutations.json]
+    uv run python benchmarks/mutations.py [--only F1 Q9 ...] [--output labs/records/mutations.json]
 
 The mutations are applied one at a time to a throwaway worktree of this checkout's HEAD (commit a
 change first), never to the checkout itself. Each test set runs unmutated once first: a set that
@@ -41,18 +41,18 @@ class Mutation:
 
 # few test sets, so that running each unmutated first stays cheap; -k leaves out the tests that
 # train whole runs in subprocesses
-BUFFERS = ("tests/test_frames.py", "tests/test_buffer.py", "tests/test_replay_prioritized.py",
-           "tests/test_prioritized_features.py")
-ATARI = ("tests/test_pixels.py", "-k", "atari and not dqn_on_pixels")
-PIXELS = ("tests/test_pixels.py", "-k", "shift or frame_stack or mrqs_inputs")
+BUFFERS = ("tests/test_frames.py", "tests/test_buffer.py", "tests/test_prioritized.py", "tests/test_nstep.py",
+           "tests/test_mrq_replay.py", "-k", "not dqn_on_pixels")
+ATARI = ("tests/test_atari.py", "tests/test_env_state.py", "-k", "atari")
+PIXELS = ("tests/test_augment.py", "tests/test_atari.py", "tests/test_mrq_replay.py", "-k", "shift or frame_stack or mrqs_inputs")
 DMC = ("tests/test_dmc.py", "-k", "not continuous_agents and not renumbered")
 MRQ = ("tests/test_mrq.py", "-k", "not resume")
 MRQ_REPLAY = ("tests/test_mrq_replay.py", "tests/test_mrq.py", "-k", "not resume")
-DQN = ("tests/test_dqn.py", "tests/test_dqn_features.py")
+DQN = ("tests/test_dqn.py",)
 CONFIG = ("tests/test_config.py::test_mrq_replays_as_its_authors_lap_and_td7_resets_the_largest_priority",)
 ADAM = ("tests/test_agents.py", "-k", "adam")
 STATS = ("tests/test_aggregate.py", "-k", "not end_to_end and not bad_input")
-TD3 = ("tests/test_td3_features.py", "tests/test_losses.py")
+TD3 = ("tests/test_td3.py", "tests/test_losses.py")
 SAC = ("tests/test_sac.py", "tests/test_losses.py")
 CROSSQ = ("tests/test_crossq.py", "-k", "not resume and not export")
 TD7 = ("tests/test_td7.py", "-k", "not resumes_bit_exact")
@@ -389,7 +389,7 @@ def table(chosen: list[Mutation], results: dict) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", nargs="*", default=None, help="mutation names (default: all)")
-    p.add_argument("--output", default=os.path.join(ROOT, "benchmarks", "results", "mutations.json"))
+    p.add_argument("--output", default=os.path.join(ROOT, "labs", "records", "mutations.json"))
     a = p.parse_args()
     names = [m.name for m in MUTATIONS]
     if len(set(names)) != len(names) or (a.only and set(a.only) - set(names)):

@@ -65,3 +65,15 @@ def kernel_dtypes():
         return {op.get_attr("T") for g in graphs for op in g.get_operations() if op.type in KERNEL_OPS}
 
     return _dtypes
+
+
+@pytest.fixture(scope="session")
+def reference(tmp_path_factory):
+    """A short uninterrupted TD3 run (helpers.RUN) that the checkpoint, evaluate, export, logger and
+    resume tests read or continue from: trained once per test process, never written to."""
+    from helpers import train
+
+    run_dir = tmp_path_factory.mktemp("reference")
+    proc = train(run_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run_dir

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import gymnasium as gym
 import numpy as np
 
 from buffers.types import Batch
@@ -103,9 +104,8 @@ def in_process(capsys, script: str, *args: str):
     test of a whole command line and of a run that trains."""
     import importlib
 
-    from hydra.core.global_hydra import GlobalHydra
-
     from absl import logging as absl_logging
+    from hydra.core.global_hydra import GlobalHydra
 
     module = importlib.import_module(script.removesuffix(".py"))
     # Hydra's logging setup closes every live handler's stream unless it is the current sys.stderr
@@ -270,3 +270,51 @@ def read_wandb_log(path):
         elif kind == 0 and length == 0:
             pos += block - pos % block if pos % block else 0
     return records
+
+
+# A short deterministic TD3 run on Pendulum: 200 random steps, then 400 steps with updates.
+RUN = ["env=pendulum", "total_steps=600", "learning_starts=200", "eval_every=200", "eval_episodes=2",
+       "batch_size=64", "network.hidden=[32,32]", "logger.every=100", "checkpoint.every=200", "checkpoint.keep=2", "deterministic=true",
+       "logger.trace_graph=true", "logger.progress=false"]
+
+
+def train(run_dir, *overrides, timeout=600):
+    cmd = [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *RUN, *overrides]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def fill(buf, n, terminated_at=(), truncated_at=()):
+    for i in range(n):
+        buf.add([[float(i)]], [[0.0]], [float(i + 1)], [[i + 0.5]], [i in terminated_at], [i in truncated_at])
+
+
+def two_env_stream(buf):
+    """Six adds of two envs; the transition of env e at time t has obs 10e + t (action its
+    negative, reward obs, next_obs obs + 0.5). Env 0 terminates at t=3, env 1 is cut by a time
+    limit at t=2; both go on with new episodes."""
+    for t in range(6):
+        v = np.array([t, 10 + t], np.float32)
+        buf.add(v[:, None], -v[:, None], v, v[:, None] + 0.5, [t == 3, False], [False, t == 2])
+
+
+class Scripted(gym.Env):
+    """A stub env that plays a script: its reset gives frames[0], its i-th step frames[i] and
+    rewards[i - 1], so what a wrapper makes of them is known by hand."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, frames, rewards=None):
+        self.frames = [np.asarray(f, np.uint8) for f in frames]
+        self.rewards = list(rewards) if rewards is not None else [0.0] * (len(self.frames) - 1)
+        self.observation_space = gym.spaces.Box(0, 255, self.frames[0].shape, np.uint8)
+        self.action_space = gym.spaces.Discrete(2)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.frames[0], {}
+
+    def step(self, action):
+        self.t += 1
+        return self.frames[min(self.t, len(self.frames) - 1)], self.rewards[self.t - 1], False, False, {}

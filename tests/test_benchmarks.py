@@ -1,5 +1,5 @@
 """benchmarks/throughput.py runs for every agent and reports every part. (Its figures are for
-benchmarks/README.md, not asserted here: the machines are shared and noisy.)"""
+benchmarks/README.md and labs/, not asserted here: the machines are shared and noisy.)"""
 import argparse
 import json
 import os
@@ -59,7 +59,7 @@ def test_profile_update_reads_the_ops_of_both_ways_of_calling():
 
 
 def test_cold_step_times_the_env_step_in_each_condition():
-    cmd = [sys.executable, "benchmarks/cold_step.py", "agent=td3", "env=pendulum", "network.hidden=[16,16]",
+    cmd = [sys.executable, "labs/cold_step/cold_step.py", "agent=td3", "env=pendulum", "network.hidden=[16,16]",
            "batch_size=16", "--steps", "5", "--rounds", "2"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -71,7 +71,7 @@ def test_cold_step_times_the_env_step_in_each_condition():
 
 
 def test_bootstrap_noise_reports_each_number_of_replicates():
-    cmd = [sys.executable, "benchmarks/bootstrap_noise.py", "--reps", "50", "200", "--seeds", "3"]
+    cmd = [sys.executable, "labs/bootstrap_noise/bootstrap_noise.py", "--reps", "50", "200", "--seeds", "3"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| ") and "reps" not in line]

@@ -4,10 +4,10 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import two_env_stream
 
 from buffers.uniform import UniformReplay
-from envs.factory import make_vector_env
-from envs.factory import transition_next_obs
+from envs.factory import make_vector_env, transition_next_obs
 
 
 def filled(capacity=5, n=7, obs_dim=2, action_dim=1, gamma=0.9):
@@ -163,15 +163,6 @@ def test_copy_rows_from_a_mapped_checkpoint_fills_a_partly_full_buffer(tmp_path,
     np.testing.assert_array_equal(restored.field("next_obs"), saved.field("next_obs"))
 
 
-def two_env_stream(buf):
-    """Six adds of two envs; the transition of env e at time t has obs 10e + t (action its
-    negative, reward obs, next_obs obs + 0.5). Env 0 terminates at t=3, env 1 is cut by a time
-    limit at t=2; both go on with new episodes."""
-    for t in range(6):
-        v = np.array([t, 10 + t], np.float32)
-        buf.add(v[:, None], -v[:, None], v, v[:, None] + 0.5, [t == 3, False], [False, t == 2])
-
-
 @pytest.mark.parametrize("prioritized", [False, True])
 def test_sequences_start_only_where_a_whole_run_is_stored(prioritized):
     from buffers.prioritized import PrioritizedReplay
@@ -250,27 +241,3 @@ def test_a_termination_added_after_the_statistics_are_kept_is_counted():
     assert not buf.any_terminated()
     buf.add([[0]], [[0]], [1.0], [[0]], [True], [False])
     assert buf.any_terminated()
-
-
-@pytest.mark.parametrize("terminal", [True, False])
-def test_mrq_draws_carry_the_buffers_reward_scale_and_termination_flag(terminal):
-    """Each of the K updates a draw feeds gets the buffer's mean absolute reward and whether it holds
-    a termination: rewards 0..5 (env 0) and 10..15 (env 1), |r| averaging (15 + 75) / 12 = 7.5."""
-    from agents.mrq.replay import Runs, ScaledTransitions, TransitionsAndRuns
-
-    buf = UniformReplay(64, 1, 1, 0.9, np.random.default_rng(0), n_step=2)
-    if terminal:
-        two_env_stream(buf)
-    else:
-        for t in range(6):
-            v = np.array([t, 10 + t], np.float32)
-            buf.add(v[:, None], -v[:, None], v, v[:, None] + 0.5, [False, False], [False, t == 2])
-    drawn = TransitionsAndRuns(horizon=3, n_step=2).draw(buf, 4, 2)
-    np.testing.assert_array_equal(drawn.reward_scale, [7.5, 7.5])
-    np.testing.assert_array_equal(drawn.terminates, [float(terminal)] * 2)
-    assert drawn.runs.reward.shape == (2, 4, 3) and drawn.batch.reward.shape == (2, 4)
-    # the author's encoder schedule: the scale with each update's transitions, the flag with each block's runs
-    scaled, runs = ScaledTransitions(horizon=3, n_step=2).draw(buf, 4, 2), Runs(horizon=3).draw(buf, 4, 2)
-    np.testing.assert_array_equal(scaled.reward_scale, [7.5, 7.5])
-    np.testing.assert_array_equal(runs.terminates, [float(terminal)] * 2)
-    assert runs.runs.reward.shape == (2, 4, 3) and scaled.batch.reward.shape == (2, 4)

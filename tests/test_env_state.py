@@ -4,10 +4,10 @@ import os
 
 import numpy as np
 import pytest
-
 from helpers import ROOT
 
 from envs.factory import make_vector_env
+from envs.minatar import GAMES
 from envs.state import EnvStateError, env_state, set_env_state
 from training import plaindata
 
@@ -145,3 +145,35 @@ def test_vector_episode_statistics_count_every_episode_in_full():
     envs.close()
     assert lengths == [200] * 6
     assert all(r < 0 for r in returns)
+
+
+@pytest.mark.parametrize("env_id,kwargs,frame_stack", [
+    *(("MinAtar-v1", {"game": g}, 1) for g in GAMES),
+    ("MinAtar-v1", {"game": "breakout"}, 2),
+    ("Atari-v5", {"game": "Breakout", "sticky_action_prob": 0.25}, 4),
+    ("Atari-v5", {"game": "Pong", "sticky_action_prob": 0.25}, 4),
+])
+def test_pixel_envs_restored_mid_episode_continue_exactly(env_id, kwargs, frame_stack, tmp_path):
+    """Saved as plain data mid-episode (the game's variables, the emulator's state and RNG: sticky
+    actions on), restored into envs built from the same arguments: the same frames, rewards and
+    ends, across episode ends, and the same next unseeded reset."""
+    make = lambda: make_vector_env(env_id, 2, seed=5, kwargs=kwargs, frame_stack=frame_stack)  # noqa: E731
+    envs_ = make()
+    envs_.reset(seed=5)
+    rng = np.random.default_rng(0)
+    rollout(envs_, [rng.integers(0, envs_.single_action_space.n, 2) for _ in range(9)])
+    saved = through_files(env_state(envs_), tmp_path)
+    actions = [rng.integers(0, envs_.single_action_space.n, 2) for _ in range(120)]
+    after, first_reset = rollout(envs_, actions), envs_.reset()[0]
+    restored = make()
+    set_env_state(restored, saved)
+    again = rollout(restored, actions)
+    if kwargs["game"].lower() == "breakout":  # its episodes (and Atari's lives) end within these steps
+        assert any(step[2].any() for step in after), "no episode ended: the test crosses no episode end"
+    for a, b in zip(after, again):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(first_reset, restored.reset()[0])
+    assert after[-1][0].dtype == np.uint8
+    envs_.close()
+    restored.close()

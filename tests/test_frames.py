@@ -2,13 +2,21 @@
 gave, across episode ends, truncations, several envs and a ring that has wrapped."""
 from __future__ import annotations
 
+import csv
+import json
+import os
+import subprocess
+import sys
+
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import ROOT, evaluate, extended_run_ends_as_the_whole
 from omegaconf import OmegaConf
 
 from buffers.prioritized import PrioritizedReplay
 from buffers.uniform import UniformReplay
+from envs.factory import make_env
 from training.config import ConfigError
 from training.parts import build_buffer
 
@@ -239,3 +247,72 @@ def test_sequences_rebuild_each_step_of_the_run_from_the_frames():
             np.testing.assert_array_equal(seq.next_obs[i, k], next_at[row])
             if seq.terminated[i, k]:
                 break
+
+
+def test_replay_of_stacked_minatar_frames_gives_back_the_envs_observations():
+    """MinAtar Breakout with env.frame_stack=2 into a replay that keeps one frame per step: every
+    stored obs and next_obs, rebuilt from the frames, is what the env returned, across episode
+    ends (the replay takes the env's stacks to be the newest frame last)."""
+    from buffers.uniform import UniformReplay
+
+    env = make_env("MinAtar-v1", seed=0, kwargs={"game": "breakout"}, frame_stack=2)
+    buffer = UniformReplay(100, env.observation_space.shape, 1, 0.99, np.random.default_rng(0), discrete_actions=True,
+                           obs_dtype=np.uint8, frame_stack=2)
+    rng = np.random.default_rng(1)
+    obs, _ = env.reset(seed=0)
+    seen, ends = [], 0
+    for _ in range(40):
+        action = int(rng.integers(env.action_space.n))
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        buffer.add(obs[None], [action], [reward], next_obs[None], [terminated], [truncated])
+        seen.append((obs, next_obs))
+        obs = next_obs
+        if terminated or truncated:
+            ends += 1
+            obs, _ = env.reset()
+    assert ends >= 2, "the test crosses too few episode ends"
+    np.testing.assert_array_equal(buffer.field("obs"), np.stack([o for o, _ in seen]))
+    np.testing.assert_array_equal(buffer.field("next_obs"), np.stack([n for _, n in seen]))
+
+
+PIXEL_RUNS = {
+    # MinAtar: prioritized 3-step replay (beta annealed over the whole 400 steps in both runs, not over the
+    # first 200 of the one then extended); Atari: a ring of 150 frames that wraps (stacks of 4, Pong)
+    "minatar": ["env=minatar", "env.game=breakout", "network.convs=[[4,3,1]]", "network.hidden=[16]",
+                "buffer=prioritized", "buffer.n_step=3", "buffer.beta_steps=400", "learning_starts=100", "batch_size=16"],
+    "atari": ["env=atari", "env.game=Pong", "network.convs=[[4,8,4]]", "network.hidden=[16]", "buffer.capacity=150",
+              "learning_starts=100", "batch_size=16", "env.max_frames_per_episode=800"],
+}
+
+
+def pixel_train(run_dir, kind, *overrides):
+    cmd = [sys.executable, "train.py", f"hydra.run.dir={run_dir}", "agent=dqn", *PIXEL_RUNS[kind], "eval_every=200",
+           "eval_episodes=1", "deterministic=true", "logger.progress=false", "checkpoint.every=0",
+           "agent.eps_decay_steps=300", *overrides]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("kind", sorted(PIXEL_RUNS))
+def test_dqn_on_pixels_resumes_bit_exact_and_evaluates_with_video(kind, tmp_path):
+    """A run extended from its checkpoint at 200 steps ends where the uninterrupted 400-step run
+    does (weights, optimizer moments, the frames and priorities of replay, the game mid-episode);
+    then evaluate.py plays it with a video and exports it (uint8 images in)."""
+    (whole, extended), a = extended_run_ends_as_the_whole(lambda d, *o: pixel_train(d, kind, *o), tmp_path, 400)
+    assert any(np.ndim(v) == 4 for v in a.values())  # conv kernels among them
+    whole_evals, extended_evals = ((d / "eval.csv").read_text().splitlines() for d in (whole, extended))
+    assert [r.split(",")[:3] for r in whole_evals] == [r.split(",")[:3] for r in extended_evals]
+    if kind == "atari":  # games cut at 200 steps: the one under way at the checkpoint scores its whole
+        games = [[(r["step"], r["game_score"], r["game_length"]) for r in csv.DictReader(open(d / "train.csv"))
+                  if r.get("game_score")] for d in (whole, extended)]
+        assert games[0] == games[1] and len(games[0]) == 2, games
+
+    proc = evaluate(f"run_dir={whole}", "episodes=1", "video=true", "video_episodes=1", "export=true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((whole / "eval" / "latest.json").read_text())
+    assert result["videos"] and all(os.path.getsize(p) > 0 for p in result["videos"])
+    import tensorflow as tf
+
+    exported = tf.saved_model.load(str(whole / "export" / "latest"))
+    shape = (10, 10, 4) if kind == "minatar" else (84, 84, 4)
+    obs = np.random.default_rng(0).integers(0, 256, (3, *shape)).astype(np.uint8)
+    assert exported(obs).numpy().shape == (3,)

@@ -2,8 +2,10 @@
 batches drawn i.i.d. by priority (buffer.stratified=false), against rows and draws worked out by hand."""
 import numpy as np
 import pytest
+from helpers import two_env_stream
 
 from buffers.prioritized import PrioritizedReplay
+from buffers.types import Batch
 from buffers.uniform import UniformReplay
 
 H = 5  # the author's mask: max(enc_horizon, Q_horizon)
@@ -137,3 +139,63 @@ def test_batches_drawn_iid_by_priority_or_stratified(stratified):
     assert set(counts) == {1} if stratified else len(set(counts)) > 2
     with pytest.raises(ValueError, match="stratified must be true or false"):
         lap(8, np.random.default_rng(0), stratified="no")
+
+
+@pytest.mark.parametrize("as_tensors", [False, True])
+def test_mrqs_inputs_map_every_observation_of_the_batch_and_the_runs(as_tensors):
+    """MR.Q's update takes a batch of transitions and runs of `horizon` steps: normalization and
+    random shifts (`map_obs`) reach obs and next_obs of both, every step of the runs' next_obs,
+    and leave the rest as it was (numpy on the host, tensors in the graph)."""
+    import tensorflow as tf
+
+    from agents.mrq.replay import RunsBatch, TransitionsAndRuns
+    from buffers.types import Sequences
+
+    rng = np.random.default_rng(0)
+    b, horizon, shape = 3, 2, (4, 4, 2)
+    obs = lambda *lead: rng.integers(0, 200, (*lead, *shape)).astype(np.uint8)  # noqa: E731
+    batch = RunsBatch(
+        batch=Batch(obs(b), np.arange(b, dtype=np.int64), np.ones(b, np.float32), obs(b), np.ones(b, np.float32),
+                    np.ones(b, np.float32)),
+        runs=Sequences(obs(b), np.zeros((b, horizon), np.int64), np.ones((b, horizon), np.float32), obs(b, horizon),
+                       np.zeros((b, horizon), np.float32)),
+        reward_scale=np.float32(1.0), terminates=np.float32(0.0))
+    given = tf.nest.map_structure(tf.constant, batch) if as_tensors else batch
+
+    def plus_one(x):
+        assert len(x.shape) == 4, "a batch of images (B, H, W, C), as the shift takes them"
+        return x + 1
+
+    mapped = tf.nest.map_structure(np.asarray, TransitionsAndRuns(horizon=horizon, n_step=1).map_obs(given, plus_one))
+    for name, before, after in (("obs", batch.batch.obs, mapped.batch.obs),
+                                ("next_obs", batch.batch.next_obs, mapped.batch.next_obs),
+                                ("runs.obs", batch.runs.obs, mapped.runs.obs),
+                                ("runs.next_obs", batch.runs.next_obs, mapped.runs.next_obs)):
+        np.testing.assert_array_equal(after, before + 1, err_msg=name)
+    for before, after in ((batch.batch.action, mapped.batch.action), (batch.runs.action, mapped.runs.action),
+                          (batch.runs.reward, mapped.runs.reward)):
+        np.testing.assert_array_equal(after, before)
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_mrq_draws_carry_the_buffers_reward_scale_and_termination_flag(terminal):
+    """Each of the K updates a draw feeds gets the buffer's mean absolute reward and whether it holds
+    a termination: rewards 0..5 (env 0) and 10..15 (env 1), |r| averaging (15 + 75) / 12 = 7.5."""
+    from agents.mrq.replay import Runs, ScaledTransitions, TransitionsAndRuns
+
+    buf = UniformReplay(64, 1, 1, 0.9, np.random.default_rng(0), n_step=2)
+    if terminal:
+        two_env_stream(buf)
+    else:
+        for t in range(6):
+            v = np.array([t, 10 + t], np.float32)
+            buf.add(v[:, None], -v[:, None], v, v[:, None] + 0.5, [False, False], [False, t == 2])
+    drawn = TransitionsAndRuns(horizon=3, n_step=2).draw(buf, 4, 2)
+    np.testing.assert_array_equal(drawn.reward_scale, [7.5, 7.5])
+    np.testing.assert_array_equal(drawn.terminates, [float(terminal)] * 2)
+    assert drawn.runs.reward.shape == (2, 4, 3) and drawn.batch.reward.shape == (2, 4)
+    # the author's encoder schedule: the scale with each update's transitions, the flag with each block's runs
+    scaled, runs = ScaledTransitions(horizon=3, n_step=2).draw(buf, 4, 2), Runs(horizon=3).draw(buf, 4, 2)
+    np.testing.assert_array_equal(scaled.reward_scale, [7.5, 7.5])
+    np.testing.assert_array_equal(runs.terminates, [float(terminal)] * 2)
+    assert runs.runs.reward.shape == (2, 4, 3) and scaled.batch.reward.shape == (2, 4)

@@ -1,10 +1,13 @@
 """Videos follow the robot: the render camera of a locomotion task moves with the body the task
 rewards. Rendering runs in a child process without TensorFlow (MuJoCo's EGL and TensorFlow do not
 share a process; envs/video.py), so the checks run in one."""
+import glob
 import json
 import os
 import subprocess
 import sys
+
+from helpers import evaluate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -94,3 +97,24 @@ def test_the_floor_goes_along_with_the_camera_without_changing_the_physics():
     assert r["same_physics"], r
     period = 80.0 / 60.0
     assert abs(r["floor"][0] / period - round(r["floor"][0] / period)) < 1e-9 and abs(r["floor"][0] - 92.0) < period
+
+
+def test_video_is_a_valid_mp4(tmp_path):
+    run_dir = tmp_path / "ip"
+    proc = subprocess.run(
+        [sys.executable, "train.py", f"hydra.run.dir={run_dir}", "env=inverted_pendulum", "total_steps=300",
+         "learning_starts=100", "eval_every=1000", "eval_episodes=1", "batch_size=32", "network.hidden=[16,16]",
+         "logger.trace_graph=true", "logger.progress=false"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = evaluate(f"run_dir={run_dir}", "episodes=1", "video=true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    videos = glob.glob(str(run_dir / "eval" / "latest-episode0.mp4"))
+    assert videos
+    with open(videos[0], "rb") as f:
+        head = f.read(12)
+    assert head[4:8] == b"ftyp"
+    import imageio.v2 as imageio
+
+    reader = imageio.get_reader(videos[0])
+    frames = [frame for frame in reader]
+    assert len(frames) >= 2 and frames[0].shape[2] == 3 and frames[0].std() > 0
