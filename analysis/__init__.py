@@ -34,7 +34,7 @@ Statistics (all over runs, never over the episodes inside one evaluation; rliabl
   recomputes the statistic; the interval is the 2.5th and 97.5th percentile of the replicates
   (rliable uses 50000 replicates; the default here is 10000, `--reps`, with which an endpoint moves
   by under 1% of the interval's width from one `--seed` to another, against up to 2% at 2000
-  (`benchmarks/bootstrap_noise.py`); pass `--reps 50000` for numbers to publish). A row of the table is a
+  (`labs/bootstrap_noise/bootstrap_noise.py`); pass `--reps 50000` for numbers to publish). A row of the table is a
   single task, so its CI is the plain bootstrap over that group's runs. rliable's
   `get_interval_estimates` draws from numpy's global generator; each interval seeds it with
   (`--seed`, a hash of what it estimates) and puts it back after, so the output is reproducible

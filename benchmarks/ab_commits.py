@@ -75,7 +75,7 @@ def main() -> None:
     for side, v in rates.items():
         print(f"| {side} ({sides[side][0]}) | {med[side]:.1f} | {', '.join(f'{x:.0f}' for x in v)} |")
     print(f"this / other: {med['this'] / med['other']:.3f} (median of the per-round ratios {statistics.median(ratios):.3f})")
-    path = a.output or os.path.join(ROOT, "benchmarks", "results", f"ab_{a.name}.json")
+    path = a.output or os.path.join(ROOT, "labs", "ab", f"ab_{a.name}.json")
     with open(path, "w") as f:
         json.dump({"common": a.common, "this": a.this, "other": a.other, "base": a.base, "rounds": rates,
                    "median": med, "ratio": med["this"] / med["other"], "round_ratios": ratios}, f, indent=1)

@@ -3,7 +3,7 @@ with one pre-emption during each cluster sweep: jobs submitted, jobs started aga
 bit-identical to the joblib sweep's (uninterrupted) runs of the same seed, and wall time.
 
     bash cluster/slurm.sh up && bash cluster/ray.sh up     # as root; Ray needs uv sync --extra ray
-    uv run python benchmarks/cluster_sweeps.py [--seeds 4] [--no-preempt] [--out benchmarks/results/cluster_sweeps.json]
+    uv run python benchmarks/cluster_sweeps.py [--seeds 4] [--no-preempt] [--out labs/records/cluster_sweeps.json]
 
 SLURM: once the first job has written a checkpoint, `scontrol requeue` takes it back (SIGTERM: it
 checkpoints, SLURM starts it again). Ray: once a job has written a checkpoint, the worker node is
@@ -122,7 +122,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--no-preempt", action="store_true", help="the cluster sweeps without a pre-emption")
     parser.add_argument("--work", default="/tmp/cluster_sweeps", help="where the sweeps' run dirs go")
-    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "cluster_sweeps.json"))
+    parser.add_argument("--out", default=os.path.join(ROOT, "labs", "records", "cluster_sweeps.json"))
     args = parser.parse_args()
     env = {**os.environ, "SLURM_CONF": os.environ.get("SLURM_CONF", "/tmp/tfrl-slurm/slurm.conf"),
            "RAY_ADDRESS": os.environ.get("RAY_ADDRESS", "127.0.0.1:6390"),

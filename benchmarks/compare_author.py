@@ -23,7 +23,7 @@ updates of the episodes finished by its end, and none for the steps of an episod
 then. Both act at random until the first episode end past learning_starts and train first at the
 end of the next episode, so the two do the same updates (the round lines and the JSON give each
 run's count). MR.Q: both act at random and do not train for the first learning_starts steps, then
-update once per env step. Writes benchmarks/results/<agent>_comparison.json (or `--out`), one case
+update once per env step. Writes labs/records/<agent>_comparison.json (or `--out`), one case
 per env, keeping the cases of other envs that file already holds.
 """
 from __future__ import annotations
@@ -62,11 +62,11 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=1,
                    help="torch's intra-op threads for the author; TF's intra-op threads (inter-op 1) for tfrl")
-    p.add_argument("--out", help="default: benchmarks/results/<agent>_comparison.json")
+    p.add_argument("--out", help="default: labs/records/<agent>_comparison.json")
     p.add_argument("--tfrl", nargs="*", default=[], metavar="OVERRIDE",
                    help="more overrides for tfrl's train.py (speed.update_precision=bfloat16)")
     a = p.parse_args()
-    out = a.out or os.path.join(HERE, "results", f"{a.agent}_comparison.json")
+    out = a.out or os.path.join(ROOT, "labs", "records", f"{a.agent}_comparison.json")
     ref = os.path.join(HERE, REFERENCES[a.agent])
     if not os.path.exists(PYTHONS["sb3"]):
         print(f"error: no SB3 environment at {PYTHONS['sb3']}; create it with `{SETUP['sb3']}`.", file=sys.stderr)

@@ -9,11 +9,11 @@ ratio of medians.
     uv run python benchmarks/compare_sb3.py --updates [--only td3_ant]
 
 With `--sbx`, SBX (Stable-Baselines Jax: SB3's algorithms on JAX) runs each case too, in the same
-rotation. Writes benchmarks/results/sb3_comparison.json. With `--updates` it compares the update alone
+rotation. Writes labs/records/sb3_comparison.json. With `--updates` it compares the update alone
 instead: ms per update including the sampling of its batch, one update per call (tfrl's
 `agent.update`, SB3's `train(gradient_steps=1)`) and 16 per call (`learner.update` of 16 stacked batches,
 `train(gradient_steps=16)`), on a buffer filled by the warm-up; it writes
-benchmarks/results/sb3_update_comparison.json. Since a loop step costs at least its update, the
+labs/records/sb3_update_comparison.json. Since a loop step costs at least its update, the
 ratio of the updates bounds what the loop's ratio can reach at one update per step.
 """
 from __future__ import annotations
@@ -28,6 +28,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+RECORDS = os.path.join(ROOT, "labs", "records")  # the JSON records this script writes
 PYTHONS = {"sb3": os.path.join(HERE, ".venv-sb3", "bin", "python"),
            "sbx": os.path.join(HERE, ".venv-sbx", "bin", "python")}
 SETUP = {"sb3": "bash benchmarks/setup_sb3.sh", "sbx": "bash benchmarks/setup_sbx.sh"}
@@ -189,7 +190,7 @@ def compare_updates(cases: list[str], a) -> None:
     for name, r in report.items():
         print(f"| {name} | {r['tfrl_one_ms']:.3f}, {r[f'tfrl_x{FUSE}_ms']:.3f} | {r['sb3_one_ms']:.3f}, "
               f"{r[f'sb3_x{FUSE}_ms']:.3f} | {r['ratio_one']:.2f}x, {r[f'ratio_x{FUSE}']:.2f}x |")
-    write_report(os.path.join(HERE, "results", "sb3_update_comparison.json"), report, a)
+    write_report(os.path.join(RECORDS, "sb3_update_comparison.json"), report, a)
 
 
 def main() -> None:
@@ -202,7 +203,7 @@ def main() -> None:
     p.add_argument("--updates", action="store_true", help="compare the update alone, not the loop")
     p.add_argument("--sbx", action="store_true", help="run SBX (JAX) too, in the same rotation (loop only)")
     p.add_argument("--no-sb3", action="store_true", help="leave SB3 out (with --sbx: tfrl against SBX alone)")
-    p.add_argument("--output", help="write the loop's cases here instead of into results/sb3_comparison.json "
+    p.add_argument("--output", help="write the loop's cases here instead of into labs/records/sb3_comparison.json "
                                     "(whose cases the README's figure draws)")
     a = p.parse_args()
     peers = ([] if a.no_sb3 else ["sb3"]) + (["sbx"] if a.sbx else [])
@@ -234,7 +235,7 @@ def main() -> None:
     for name, r in report.items():
         print(f"| {name} | {r['tfrl_median']:.1f} |" + "".join(
             f" {r[f'{p}_median']:.1f} | {r['ratio' if p == 'sb3' else f'ratio_{p}']:.2f}x |" for p in peers))
-    write_report(a.output or os.path.join(HERE, "results", "sb3_comparison.json"), report, a)
+    write_report(a.output or os.path.join(RECORDS, "sb3_comparison.json"), report, a)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,15 @@
-"""The README's pictures, drawn from the results committed under benchmarks/:
+"""The README's pictures, drawn from the records committed under labs/:
 
     uv run python benchmarks/figures.py          # writes docs/figures/*.png
 
 - `throughput_vs_sb3.png`: env steps/s of this project's training loop against the PyTorch reference
   on the same machine (Stable-Baselines3, sb3-contrib's CrossQ, and the TD7 and MR.Q authors' code) and SBX's
-  where measured, per case of `benchmarks/results/sb3_comparison.json` (compare_sb3.py) and
-  `benchmarks/results/<agent>_comparison.json` (compare_author.py): whole processes alternating, medians,
+  where measured, per case of `labs/records/sb3_comparison.json` (compare_sb3.py) and
+  `labs/records/<agent>_comparison.json` (compare_author.py): whole processes alternating, medians,
   with the ratio on each pair of bars;
-- `ga_generation.png`: one GA generation every way (`benchmarks/results/ga_generation_cartpole_warm40.json`);
+- `ga_generation.png`: one GA generation every way (`labs/records/ga_generation_cartpole_warm40.json`);
 - `curves_<name>.png`: learning curves against SB3, redrawn from the `curves_<env>.csv` that
-  aggregate.py wrote beside its own plot under `benchmarks/learning/` (`CURVE_FIGURES`): the
+  aggregate.py wrote beside its own plot under `labs/<study>/` (`CURVE_FIGURES`): the
   same figure, without the runs.
 
 Each figure states its command and data file under it. Deterministic: the same JSON gives the
@@ -24,7 +24,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # analysis/, for the learning curves
-RESULTS = os.path.join(ROOT, "benchmarks", "results")
+RESULTS = os.path.join(ROOT, "labs", "records")
+LABS = os.path.join(ROOT, "labs")  # the learning studies, one folder each
 
 # the cases shown, in order, with their labels: the reference settings of each algorithm
 THROUGHPUT_CASES = {
@@ -121,7 +122,7 @@ def ga_figure(data: dict, path: str) -> None:
     plt.close(fig)
 
 
-# README curve figures: name -> the curves CSV aggregate.py wrote (relative to benchmarks/learning/)
+# README curve figures: name -> the curves CSV aggregate.py wrote (relative to labs/)
 CURVE_FIGURES = {
     "curves_td3_halfcheetah.png": "td3_tfrl_vs_sb3/halfcheetah_rerun/curves_halfcheetah.csv",
     "curves_sac_halfcheetah.png": "sac_tfrl_vs_sb3/curves_halfcheetah.csv",
@@ -181,7 +182,7 @@ def main(argv=None) -> list[str]:
         written.append(path)
         print(f"wrote {os.path.relpath(path, ROOT)}")
     for name, source in CURVE_FIGURES.items():
-        source = os.path.join(ROOT, "benchmarks", "learning", source)
+        source = os.path.join(LABS, source)
         if not os.path.exists(source):
             print(f"skipped {name}: no {os.path.relpath(source, ROOT)}")
             continue

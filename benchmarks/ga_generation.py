@@ -49,7 +49,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="TF's inter- and intra-op threads (the envs run on one core)")
-    p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "ga_generation.json"))
+    p.add_argument("--out", default=os.path.join(ROOT, "labs", "records", "ga_generation.json"))
     args = p.parse_args(argv)
     try:
         args.hidden = [int(h) for h in args.hidden.split(",") if h]

@@ -2,7 +2,7 @@
 
     uv run python benchmarks/memory.py agent=td3 env=ant total_steps=60000
     uv run python benchmarks/memory.py agent=td3 env=ant total_steps=300000 learning_starts=299000 \\
-        --resume-steps 1000 --output benchmarks/results/memory_td3_ant_resume.json
+        --resume-steps 1000 --output labs/records/memory_td3_ant_resume.json
     uv run python benchmarks/memory.py agent=td3 env=ant total_steps=60000 learning_starts=10000 --sb3
 
 Runs `train.py <overrides>` in a child process with a run directory of its own (a temporary one
@@ -35,7 +35,7 @@ SB3's ReplayBuffer as SB3's DQN builds it (obs and next_obs stacked, in SB3's ve
 `--sb3-transitions`, since 1M of them are 56 GB), against the floor of one 84x84 frame a transition:
 
     uv run python benchmarks/memory.py --replay 1000000 --sb3-transitions 100000 \
-        --output benchmarks/results/memory_atari_replay.json
+        --output labs/records/memory_atari_replay.json
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ drives env steps from the compiled graph or inside an update phase; sends the si
 until the process has exited, its checkpoint written. Agents alternate within each round; the
 table gives the medians and every round.
 `--tree ../base` runs another checkout's train.py (a worktree of the commit before a change).
-Writes benchmarks/results/stop_latency.json (or `--out`).
+Writes labs/records/stop_latency.json (or `--out`).
 """
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def main() -> None:
     p.add_argument("--signal", default="SIGTERM", choices=["SIGTERM", "SIGUSR2", "SIGINT"])
     p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the first update record")
     p.add_argument("--tree", default=ROOT, help="the checkout whose train.py runs (a worktree of an older commit)")
-    p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "stop_latency.json"))
+    p.add_argument("--out", default=os.path.join(ROOT, "labs", "records", "stop_latency.json"))
     a = p.parse_args()
     sig = getattr(signal, a.signal)
     results: dict[str, list[dict]] = {agent: [] for agent in a.agents}

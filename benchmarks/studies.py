@@ -1,13 +1,13 @@
-"""The learning comparisons of benchmarks/README.md that take many CPU-hours, declared as studies:
+"""The learning comparisons that take many CPU-hours, declared as studies:
 each study is a list of runs (tfrl's train.py or Stable-Baselines3's sb3_learning.py, one command
 each; or the MR.Q author's code through mrq_reference.py), run one after another. When a run completes, its record (`.hydra/`, `eval.csv` and
 `summary.json`: what aggregate.py reads, a few KB) is kept in
-`benchmarks/learning/<study>/runs/<run>/`, so a study can be finished over several sittings on
+`labs/<study>/runs/<run>/`, so a study can be finished over several sittings on
 several machines and its table and plots rebuilt from the repo alone.
 
     uv run python benchmarks/studies.py list                      # every study, which runs are kept
     uv run python benchmarks/studies.py run minatar_dqn --runs-dir /tmp/studies [--only NAME ...]
-    uv run python benchmarks/studies.py aggregate minatar_dqn     # -> benchmarks/learning/minatar_dqn/
+    uv run python benchmarks/studies.py aggregate minatar_dqn     # -> labs/minatar_dqn/
 
 `run` runs the runs not yet kept, in the order listed (a run's command has `resume=auto`: stopped
 and started again on the same machine, it continues from its last checkpoint). A run is kept when
@@ -29,7 +29,7 @@ import sys
 from dataclasses import dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LEARNING = os.path.join(ROOT, "benchmarks", "learning")
+LEARNING = os.path.join(ROOT, "labs")  # labs/<study>/: its aggregate; labs/<study>/runs/: its kept runs
 SB3_PYTHON = os.path.join(ROOT, "benchmarks", ".venv-sb3", "bin", "python")
 RECORD = ("eval.csv", "summary.json")  # with .hydra/: what analysis/runs.py reads of a run
 DIVERGED = 3  # train.py's exit code for a run stopped on a non-finite loss: its summary is a result
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("study", choices=STUDIES)
     run.add_argument("--runs-dir", required=True, help="where the runs' own dirs go (checkpoints included)")
     run.add_argument("--only", nargs="+", metavar="NAME", help="only these runs (names as `list` prints them)")
-    agg = sub.add_parser("aggregate", help="aggregate.py over a study's kept runs, into benchmarks/learning/<study>/")
+    agg = sub.add_parser("aggregate", help="aggregate.py over a study's kept runs, into labs/<study>/")
     agg.add_argument("study", choices=STUDIES)
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "aggregate":

@@ -328,7 +328,7 @@ def main(cfg: DictConfig) -> None:
         "results": results,
         "acting": floor,
     }
-    path = bench.output or os.path.join(ROOT, "benchmarks", "results", f"throughput_{name}.json")
+    path = bench.output or os.path.join(ROOT, "labs", "records", f"throughput_{name}.json")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump(report, f, indent=2)

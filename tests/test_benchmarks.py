@@ -350,6 +350,18 @@ def test_every_run_of_every_study_composes(make_cfg):
                 assert cfg.agent._target_ == "agents.mrq.MRQ" and cfg.mrq_author.threads == 1, run.name
 
 
+def test_a_study_keeps_its_runs_and_its_aggregate_in_its_lab_folder():
+    """labs/<study>/runs/<run>/ holds a study's kept runs, labs/<study>/ its aggregate, the records
+    benchmarks/figures.py draws the curves from."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import studies
+
+    for study, (_, runs) in studies.STUDIES.items():
+        assert studies.kept_dir(study, runs[0]) == os.path.join(ROOT, "labs", study, "runs", runs[0].name)
+    kept = [study for study in studies.STUDIES if os.path.isdir(os.path.join(ROOT, "labs", study, "runs"))]
+    assert {"minatar_dqn", "dmc_sac_td7", "atari_dqn", "mrq_dmc"} <= set(kept), kept
+
+
 def test_a_study_keeps_a_completed_run_whole_and_aggregate_reads_the_kept_copy(tmp_path, capsys, monkeypatch):
     """What `studies.py run` keeps of a run is all aggregate.py needs; a kept run counts only with
     the overrides its study declares; a stopped run is not complete."""

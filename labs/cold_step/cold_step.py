@@ -1,7 +1,7 @@
 """What an env step costs inside the training loop: back to back, right after an update call, and
 right after a sleep as long as an update. Wall and CPU time of the calling thread, medians.
 
-    uv run python benchmarks/cold_step.py agent=td3 env=ant
+    uv run python labs/cold_step/cold_step.py agent=td3 env=ant     # from the repository's root
 
 Takes train.py's overrides. It shows why a loop's Python parts (env step, acting, buffer) take
 longer in the loop than timed alone (`throughput.py`'s `loop_share_*` against its isolated
@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # labs/cold_step/ -> the root
 sys.path.insert(0, ROOT)
 
 from training.runtime import prepare_process  # noqa: E402

@@ -1,7 +1,7 @@
 """How much aggregate.py's bootstrap CIs move with the bootstrap's own seed, and what a CI costs,
 for a number of replicates (`--reps`).
 
-    uv run python benchmarks/bootstrap_noise.py --reps 2000 10000 50000
+    uv run python labs/bootstrap_noise/bootstrap_noise.py --reps 2000 10000 50000     # from the repository's root
 
 For 10 runs of one task (normal scores, mean 1000, sd 300) it computes the 95% CI of the mean and
 of the IQM with 10 bootstrap seeds, and prints each endpoint's standard deviation over the seeds
@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the root: analysis/
 
 import numpy as np  # noqa: E402
 
