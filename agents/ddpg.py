@@ -17,7 +17,7 @@ import tensorflow as tf
 from agents import losses
 from agents.base import check_tau, copy_of
 from agents.optimizers import adam
-from agents.deterministic import DeterministicActor
+from agents.deterministic import DeterministicActor, deterministic_actor_loss
 from buffers.types import Batch
 
 
@@ -59,7 +59,7 @@ class DDPG(DeterministicActor):
 
         actor_vars = self.actor.trainable_variables
         with tf.GradientTape() as tape:
-            actor_loss = losses.deterministic_actor_loss(self.q(self.critic, batch.obs, self.policy(batch.obs)))
+            actor_loss = deterministic_actor_loss(self.q(self.critic, batch.obs, self.policy(batch.obs)))
         grads = tape.gradient(actor_loss, actor_vars)
         self.actor_optimizer.apply_gradients(zip(grads, actor_vars))
         losses.soft_update(self._targets, self._online, self.tau)

@@ -1,5 +1,6 @@
-"""What DDPG and TD3 share: a tanh actor scaled to the action box, its target copy, Gaussian
-exploration noise scaled by the action half-range, and Q(s, a) of a critic. Each algorithm writes
+"""What DDPG and TD3 share (and TD7 in part: its exploration noise and actor loss): a tanh actor
+scaled to the action box, its target copy, Gaussian exploration noise scaled by the action
+half-range, Q(s, a) of a critic, and the deterministic policy gradient's loss. Each algorithm writes
 its own update, so changing one never changes the other by accident."""
 from __future__ import annotations
 
@@ -15,6 +16,11 @@ from agents.base import ActionBox, copy_of, critic_input, critic_network, networ
 from agents.needs import Needs
 from agents.optimizers import adam
 from buffers.types import obs_shape_of
+
+
+def deterministic_actor_loss(q: tf.Tensor) -> tf.Tensor:
+    """Deterministic policy gradient objective: maximise Q(s, pi(s)), i.e. minimise its negative mean."""
+    return -tf.reduce_mean(q)
 
 
 def box_action(box: ActionBox, unit: np.ndarray, rng: np.random.Generator, noise: float | None) -> np.ndarray:

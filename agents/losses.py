@@ -10,31 +10,9 @@ def scale_action(squashed: tf.Tensor, low: tf.Tensor, high: tf.Tensor) -> tf.Ten
     return low + (squashed + 1.0) * 0.5 * (high - low)
 
 
-def smoothed_target_action(
-    target_action: tf.Tensor,
-    noise: tf.Tensor,
-    noise_clip: float,
-    half_range: tf.Tensor,
-    low: tf.Tensor,
-    high: tf.Tensor,
-) -> tf.Tensor:
-    """TD3 target policy smoothing: a' = clip(pi'(s') + clip(noise, -c, c), low, high).
-
-    `noise` is already scaled (std * half_range); the clip `c` is scaled by the action half-range,
-    as sfujim/TD3 scales both by max_action.
-    """
-    clipped = tf.clip_by_value(noise, -noise_clip * half_range, noise_clip * half_range)
-    return tf.clip_by_value(target_action + clipped, low, high)
-
-
 def td_target(reward: tf.Tensor, discount: tf.Tensor, next_value: tf.Tensor) -> tf.Tensor:
     """One-step (or n-step, via discount = gamma**n * (1 - terminated)) bootstrapped target."""
     return tf.stop_gradient(reward + discount * next_value)
-
-
-def clipped_double_q(q1: tf.Tensor, q2: tf.Tensor) -> tf.Tensor:
-    """TD3's pessimistic estimate: the smaller of the two target critics."""
-    return tf.minimum(q1, q2)
 
 
 def mse(prediction: tf.Tensor, target: tf.Tensor, weight: tf.Tensor | None = None) -> tf.Tensor:
@@ -75,11 +53,6 @@ def linear_schedule(start: float, end: float, duration: int, t):
         return end
     frac = min(max(float(t) / duration, 0.0), 1.0)
     return start + frac * (end - start)
-
-
-def deterministic_actor_loss(q: tf.Tensor) -> tf.Tensor:
-    """Deterministic policy gradient objective: maximise Q(s, pi(s)), i.e. minimise its negative mean."""
-    return -tf.reduce_mean(q)
 
 
 def soft_update(target_vars, online_vars, tau: float) -> None:

@@ -16,8 +16,30 @@ import tensorflow as tf
 from agents import checks, losses
 from agents.base import check_tau, copy_of
 from agents.optimizers import adam
-from agents.deterministic import DeterministicActor
+from agents.deterministic import DeterministicActor, deterministic_actor_loss
 from buffers.types import Batch
+
+
+def smoothed_target_action(
+    target_action: tf.Tensor,
+    noise: tf.Tensor,
+    noise_clip: float,
+    half_range: tf.Tensor,
+    low: tf.Tensor,
+    high: tf.Tensor,
+) -> tf.Tensor:
+    """TD3 target policy smoothing: a' = clip(pi'(s') + clip(noise, -c, c), low, high).
+
+    `noise` is already scaled (std * half_range); the clip `c` is scaled by the action half-range,
+    as sfujim/TD3 scales both by max_action.
+    """
+    clipped = tf.clip_by_value(noise, -noise_clip * half_range, noise_clip * half_range)
+    return tf.clip_by_value(target_action + clipped, low, high)
+
+
+def clipped_double_q(q1: tf.Tensor, q2: tf.Tensor) -> tf.Tensor:
+    """TD3's pessimistic estimate: the smaller of the two target critics."""
+    return tf.minimum(q1, q2)
 
 
 class TD3(DeterministicActor):
@@ -76,10 +98,10 @@ class TD3(DeterministicActor):
     def target(self, batch: Batch) -> tf.Tensor:
         """r + discount * min(Q1', Q2')(s', a'~), a'~ the target policy's smoothed action."""
         noise = self._tf_rng.normal(tf.shape(batch.action)) * self.target_noise * self.half_range
-        next_action = losses.smoothed_target_action(
+        next_action = smoothed_target_action(
             self.target_policy(batch.next_obs), noise, self.noise_clip, self.half_range, self.low, self.high
         )
-        next_q = losses.clipped_double_q(
+        next_q = clipped_double_q(
             self.q(self.critic1_target, batch.next_obs, next_action, training=False),
             self.q(self.critic2_target, batch.next_obs, next_action, training=False),
         )
@@ -89,7 +111,7 @@ class TD3(DeterministicActor):
         """The actor ascends Q1, then every target network moves by Polyak averaging."""
         actor_vars = self.actor.trainable_variables
         with tf.GradientTape() as tape:
-            actor_loss = losses.deterministic_actor_loss(self.q(self.critic1, obs, self.policy(obs)))
+            actor_loss = deterministic_actor_loss(self.q(self.critic1, obs, self.policy(obs)))
         grads = tape.gradient(actor_loss, actor_vars)
         self.actor_optimizer.apply_gradients(zip(grads, actor_vars))
         self._actor_loss.assign(actor_loss)

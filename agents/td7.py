@@ -26,10 +26,10 @@ from agents.acting import Forward
 from agents.base import ActionBox, copy_of, tf_seed, vector_obs
 from agents.needs import LapReplay, Needs, PolicyCheckpoints
 from agents.optimizers import adam
-from agents.deterministic import box_action
+from agents.deterministic import box_action, deterministic_actor_loss
+from agents.td3 import smoothed_target_action
 from buffers.types import Batch
-from networks import sale as sale_networks
-from networks.sale import SALE, Encoder
+from networks.sale import SALE, Encoder, policy as sale_policy
 
 
 class TD7:
@@ -82,11 +82,11 @@ class TD7:
 
         # acting: the actor on the fixed encoder's zs; evaluation and export: the checkpoint
         fixed_zs = self.fixed_encoder.zs if emb else None
-        self.acting = Forward(sale_networks.policy(self.actor, fixed_zs, "policy"))
+        self.acting = Forward(sale_policy(self.actor, fixed_zs, "policy"))
         self.checkpoint_policy = None  # the policy evaluation acts with, kept by the runner's assessments
         if self.checkpoints:
             checkpoint_zs = copy_of(fixed_zs, network.state_encoder(o, "checkpoint_zs")) if emb else None
-            self.checkpoint_policy = sale_networks.policy(
+            self.checkpoint_policy = sale_policy(
                 copy_of(self.actor, network.actor(o, a, "checkpoint_actor", embeddings=emb)), checkpoint_zs,
                 "checkpoint_policy")
         self.eval_acting = Forward(self.checkpoint_policy) if self.checkpoints else self.acting
@@ -152,8 +152,8 @@ class TD7:
         the target actor's smoothed action, all on the fixed target encoder's embeddings."""
         zs = self.fixed_target_encoder.zs(batch.next_obs) if self.sale else None
         noise = self._tf_rng.normal([tf.shape(batch.action)[0], self.action_dim]) * self.target_noise
-        next_action = losses.smoothed_target_action(self.pi(self.actor_target, batch.next_obs, zs), noise,
-                                                    self.noise_clip, 1.0, -1.0, 1.0)
+        next_action = smoothed_target_action(self.pi(self.actor_target, batch.next_obs, zs), noise,
+                                             self.noise_clip, 1.0, -1.0, 1.0)
         next_q = tf.reduce_min(self.q(self.critic_target, batch.next_obs, next_action, self.fixed_target_encoder, zs),
                                axis=1)
         if self.value_clipping:
@@ -168,7 +168,7 @@ class TD7:
         actor_vars = self.actor.trainable_variables
         with tf.GradientTape() as tape:
             action = self.pi(self.actor, obs, fixed_zs)
-            actor_loss = losses.deterministic_actor_loss(self.q(self.critic, obs, action, self.fixed_encoder, fixed_zs))
+            actor_loss = deterministic_actor_loss(self.q(self.critic, obs, action, self.fixed_encoder, fixed_zs))
         self.actor_optimizer.apply_gradients(zip(tape.gradient(actor_loss, actor_vars), actor_vars))
         self._actor_loss.assign(actor_loss)
         return tf.constant(True)

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from agents import losses
 from agents.ddpg import DDPG
+from agents.deterministic import deterministic_actor_loss
 from agents.td3 import TD3
 from buffers.types import Batch
 from hand_nets import policy, q_value, random_weights
@@ -18,19 +19,6 @@ def test_td_target_bootstraps_unless_terminated():
     discount = tf.constant([0.99, 0.0, 0.99])  # middle transition terminated
     next_value = tf.constant([10.0, 10.0, -5.0])
     np.testing.assert_allclose(losses.td_target(reward, discount, next_value), [10.9, 2.0, -5.95], rtol=1e-6)
-
-
-def test_clipped_double_q_takes_the_minimum():
-    np.testing.assert_allclose(losses.clipped_double_q(tf.constant([1.0, 5.0]), tf.constant([2.0, -3.0])), [1.0, -3.0])
-
-
-def test_smoothed_target_action_clips_noise_then_action():
-    half = tf.constant([2.0])  # action box [-2, 2]
-    low, high = tf.constant([-2.0]), tf.constant([2.0])
-    action = tf.constant([[0.5], [1.9], [-1.0]])
-    noise = tf.constant([[3.0], [0.3], [-0.4]])  # clip c=0.5 scaled by half-range -> +-1.0
-    out = losses.smoothed_target_action(action, noise, 0.5, half, low, high)
-    np.testing.assert_allclose(out, [[1.5], [2.0], [-1.4]], rtol=1e-6)
 
 
 def test_scale_action_maps_tanh_range_onto_box():
@@ -48,7 +36,7 @@ def test_soft_update_moves_target_by_tau():
 def test_losses_by_hand():
     q1, q2, y = tf.constant([1.0, 2.0]), tf.constant([0.0, 4.0]), tf.constant([1.0, 1.0])
     assert float(losses.td3_critic_loss(q1, q2, y)) == pytest.approx((0 + 1) / 2 + (1 + 9) / 2)
-    assert float(losses.deterministic_actor_loss(tf.constant([1.0, 3.0]))) == pytest.approx(-2.0)
+    assert float(deterministic_actor_loss(tf.constant([1.0, 3.0]))) == pytest.approx(-2.0)
 
 
 # --- whole updates on tiny constant-initialised networks ---------------------------------------

@@ -8,9 +8,10 @@ import types
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from agents.ddpg import DDPG
-from agents.td3 import TD3
+from agents.td3 import TD3, clipped_double_q, smoothed_target_action
 from hand_nets import builder, policy, q_value, random_weights, tf_batch, weights_of
 
 OBS = 2
@@ -231,3 +232,16 @@ def test_exploration_noise_std_is_exploration_noise_times_half_range(cls):
     noise = agent.act(obs, explore=True) - greedy
     np.testing.assert_allclose(noise.std(axis=0), 0.1 * NHALF, rtol=0.03)
     assert np.all(np.abs(noise.mean(axis=0)) < 5 * 0.1 * NHALF / np.sqrt(20000))
+
+
+def test_clipped_double_q_takes_the_minimum():
+    np.testing.assert_allclose(clipped_double_q(tf.constant([1.0, 5.0]), tf.constant([2.0, -3.0])), [1.0, -3.0])
+
+
+def test_smoothed_target_action_clips_noise_then_action():
+    half = tf.constant([2.0])  # action box [-2, 2]
+    low, high = tf.constant([-2.0]), tf.constant([2.0])
+    action = tf.constant([[0.5], [1.9], [-1.0]])
+    noise = tf.constant([[3.0], [0.3], [-0.4]])  # clip c=0.5 scaled by half-range -> +-1.0
+    out = smoothed_target_action(action, noise, 0.5, half, low, high)
+    np.testing.assert_allclose(out, [[1.5], [2.0], [-1.4]], rtol=1e-6)
