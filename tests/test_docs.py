@@ -165,11 +165,38 @@ def test_the_code_the_docs_quote_is_in_the_repository():
     assert not stale, "quoted code not found in the repository:\n" + "\n".join(stale)
 
 
+def heading_anchors(path: str) -> set[str]:
+    """The anchors GitHub gives a markdown file's headings: lower case, punctuation but `-` and `_`
+    dropped, spaces as `-`, a repeated heading numbered `-1`, `-2`, ...; headings in ``` blocks are text."""
+    seen: dict[str, int] = {}
+    fenced = False
+    for line in open(path):
+        fenced ^= line.startswith("```")
+        if fenced or not re.match(r"#{1,6} ", line):
+            continue
+        slug = re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+        seen[slug] = seen.get(slug, -1) + 1
+        yield slug if seen[slug] == 0 else f"{slug}-{seen[slug]}"
+
+
+def test_heading_anchors_are_githubs():
+    assert list(heading_anchors(os.path.join(ROOT, "labs", "log.md")))[:3] == [
+        "benchmarks", "throughputpy-every-part-of-a-step-and-the-whole-loop", "compare_sb3py-side-by-side-with-stable-baselines3"]
+
+
 def test_every_local_link_of_the_docs_resolves():
+    """README.md's, docs/'s, benchmarks/README.md's and labs/'s links to files of the repository,
+    and to headings of its markdown files."""
     broken = []
-    for path in [os.path.join(ROOT, "README.md"), *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]:
-        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", open(path).read()):
-            if not target.startswith(("http://", "https://", "mailto:")) and \
-                    not os.path.exists(os.path.join(os.path.dirname(path), target)):
-                broken.append(f"{os.path.basename(path)}: {target}")
+    for path in [os.path.join(ROOT, "README.md"), *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))),
+                 os.path.join(ROOT, "benchmarks", "README.md"),
+                 *sorted(glob.glob(os.path.join(ROOT, "labs", "**", "*.md"), recursive=True))]:
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", open(path).read()):
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            dest = os.path.join(os.path.dirname(path), target) if target else path
+            if not os.path.exists(dest):
+                broken.append(f"{os.path.relpath(path, ROOT)}: {target}")
+            elif anchor and dest.endswith(".md") and anchor not in set(heading_anchors(dest)):
+                broken.append(f"{os.path.relpath(path, ROOT)}: {target}#{anchor}")
     assert not broken, broken
