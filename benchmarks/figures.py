@@ -83,9 +83,9 @@ def throughput_figure(data: dict, path: str) -> None:
     ax.legend(loc="upper left", fontsize=9)
     ax.grid(axis="y", alpha=0.3, which="both")
     fig.text(0.01, -0.06, "2-core CPU, no GPU; medians of whole processes alternating.\n"
-             "uv run python benchmarks/compare_sb3.py --sbx (benchmarks/results/sb3_comparison.json); "
-             "uv run python benchmarks/compare_author.py --agent td7|mrq (benchmarks/results/<agent>_comparison.json);\nCrossQ's "
-             "later run: uv run python benchmarks/compare_sb3.py --no-sb3 --sbx --only crossq_ant (benchmarks/results/crossq_sbx_floor.json)",
+             "uv run python benchmarks/compare_sb3.py --sbx (labs/records/sb3_comparison.json); "
+             "uv run python benchmarks/compare_author.py --agent td7|mrq (labs/records/<agent>_comparison.json);\nCrossQ's "
+             "later run: uv run python benchmarks/compare_sb3.py --no-sb3 --sbx --only crossq_ant (labs/records/crossq_sbx_floor.json)",
              fontsize=7.5)
     _save(fig, path)
     plt.close(fig)
