@@ -342,12 +342,19 @@ MUTATIONS = (
 )
 
 
+HANG_SECONDS = 600  # no test set takes a tenth of this unmutated
+
+
 def pytest(tree: str, tests: tuple[str, ...]) -> tuple[int, float, str]:
     """Exit code, seconds and the first failing test of one pytest run in `tree`."""
     start = time.time()
     # no .pyc files: a mutant and the original of the same size written within a second would share one
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    proc = subprocess.run([sys.executable, *PYTEST, *tests], cwd=tree, env=env, capture_output=True, text=True)
+    try:
+        proc = subprocess.run([sys.executable, *PYTEST, *tests], cwd=tree, env=env, capture_output=True, text=True,
+                              timeout=HANG_SECONDS)
+    except subprocess.TimeoutExpired:  # a mutant that makes a test hang is one the suite would not pass
+        return 1, time.time() - start, f"timed out after {HANG_SECONDS} s: a test hangs"
     failed = re.search(r"^(?:FAILED|ERROR) (\S+)", proc.stdout, re.M)
     return proc.returncode, time.time() - start, failed.group(1) if failed else proc.stdout.strip()[-300:]
 

@@ -16,10 +16,11 @@ def test_atari_training_episodes_end_at_a_lost_life_and_the_game_goes_on():
     assert obs.shape == (84, 84, 4) and obs.dtype == np.uint8
     ale = train.unwrapped.ale
     lives, terminated, steps = ale.lives(), False, 0
-    while not terminated:
+    while not terminated and steps < 2000:  # a life is lost within a few hundred; without its end, never FIRE again
         obs, reward, terminated, truncated, _ = train.step(0)  # NOOP: the ball is missed
         assert reward in (0.0, 1.0)
         steps += 1
+    assert terminated, "no episode end in 2000 NOOP steps: a lost life must end a training episode"
     assert ale.lives() == lives - 1 and not ale.game_over()
     train.reset()
     assert ale.lives() == lives - 1, "the reset after a lost life must continue the game"
