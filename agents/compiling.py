@@ -92,7 +92,7 @@ class ConcreteCall:
     flat entry point. With one signature there is one trace, so `tf.function.__call__`'s work on
     every call (binding the arguments, looking up the trace, checking and flattening the
     structure) buys nothing: skipping it saves about 1.5 ms of a TD3 update on Ant
-    (benchmarks/README.md). The inputs are converted to the signature's dtypes, as the public call
+    (labs/log.md). The inputs are converted to the signature's dtypes, as the public call
     converts them. `_call_flat` is TF's private entry point (TF is pinned to 2.21.x); where it is
     missing the public call is used, and tests/test_fast_paths.py fails to say the time is lost.
     Traced on the first call, as a tf.function is."""

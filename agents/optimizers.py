@@ -18,7 +18,7 @@ class _OneKernelAdam:
     variable: the same formula, with 1 - beta rounded in float32 where the ops round it from a
     double (steps differ in the last bit). Smaller variables take the ops: the kernel splits every
     variable across the intra-op threads whatever its size, which costs more than it saves on a
-    small one (benchmarks/README.md, stop 53). amsgrad, which the kernel lacks, is Keras' own step."""
+    small one (labs/log.md, stop 53). amsgrad, which the kernel lacks, is Keras' own step."""
 
     ONE_KERNEL_FROM = 16384
 

@@ -21,7 +21,7 @@ script. One round trip per step costs far less than an agent's step.
 dm_control 1.0.50 was built for MuJoCo 3.17. It indexes every MjModel and MjData array by name,
 and MuJoCo 4.0 removed nine flex-vertex arrays, which no suite task has. `_fit_dm_control_to_mujoco`
 drops from dm_control's table only the arrays this MuJoCo lacks, so both versions work.
-benchmarks/README.md ("DeepMind Control") shows the check: every suite task's trajectory under
+labs/log.md ("DeepMind Control") shows the check: every suite task's trajectory under
 MuJoCo 4.0 matches 3.17's to rounding. Dropping arrays is sound only while dm_control's enums agree
 with MuJoCo's, and the same function checks that they do.
 """

@@ -2,7 +2,7 @@
 CrossQ's Batch Renormalization in inference mode; TD7's policy, its encoder and actor models in one;
 the Nature and MinAtar CNNs of networks/cnn.py, each convolution one matmul over the image's
 patches). Max-pooling is left to TensorFlow: numpy's windows made the IMPALA network slower to act
-than a tf.function call (benchmarks/README.md), so it acts through one.
+than a tf.function call (benchmarks/cnn_acting.py; labs/log.md), so it acts through one.
 
 For one observation, a tf.function call costs hundreds of microseconds of fixed overhead while
 the arithmetic of a 256-256 MLP takes a few; acting in numpy on the same weights removes that

@@ -382,7 +382,7 @@ def test_a_network_that_acts_through_tf_is_never_driven(make_cfg):
 def test_the_compiled_update_is_entered_through_tfs_flat_call():
     """`ConcreteCall` enters a traced function through its concrete function's `_call_flat`, a
     private TensorFlow entry (TF is pinned to 2.21.x), because `tf.function.__call__` re-binds and
-    re-flattens the arguments on every call: 2.1 ms of a 7.3 ms TD3 update on Ant (benchmarks/README.md).
+    re-flattens the arguments on every call: 2.1 ms of a 7.3 ms TD3 update on Ant (labs/log.md).
     Should a TensorFlow upgrade drop or change it, ConcreteCall falls back to the public call, the
     update stays right and only the time is lost: this test says so, instead of the slowdown passing
     unseen. Both entries must give the same outputs, from one trace."""

@@ -15,7 +15,7 @@ def auto_inter_op(hidden) -> int | None:
     SMALL_NETWORK_WIDTH units wide, else None (TF's default pool). A small network's update ops
     take microseconds, less than handing them to another thread costs; from 256 units the ops are
     worth spreading (TD3's twin critics run side by side). Without a `network.hidden` to judge by
-    it keeps TF's default. Measured in benchmarks/README.md."""
+    it keeps TF's default. Measured in labs/log.md."""
     try:
         widths = [int(h) for h in hidden]
     except (TypeError, ValueError):
@@ -42,7 +42,7 @@ def auto_batch_shards(compile: str, hidden, batch_size: int, cores: int, gpus: i
     among the shards (`auto_intra_op`) rather than every matmul split across all of them; shards
     under MIN_SHARD_ROWS rows gained nothing. Eager mode runs ops one at a time, XLA and GPUs run a batch's matmul as one kernel, and a small network's
     ops cost less than their dispatch, so none of them gains. Two shards is what was measured;
-    more would make smaller matmuls. Measured in benchmarks/README.md."""
+    more would make smaller matmuls. Measured in labs/log.md."""
     try:
         widest = max(int(h) for h in hidden)
     except (TypeError, ValueError):
@@ -129,7 +129,7 @@ DRIVEN_STEPS = 1000  # `speed.steps_per_call=auto` on a CPU
 def auto_compile(batch_statistics: bool) -> str:
     """`speed.compile=auto`: XLA for a network with batch statistics (Batch Renormalization:
     CrossQ), whose many small ops per layer TensorFlow's graph executor runs one by one and XLA
-    fuses; graph mode for the rest, where XLA measured slower on a CPU. Measured in benchmarks/README.md."""
+    fuses; graph mode for the rest, where XLA measured slower on a CPU. Measured in labs/log.md."""
     return "xla" if batch_statistics else "graph"
 
 
