@@ -38,10 +38,24 @@ class LapReplay:
 
 
 @dataclass(frozen=True)
+class Rollout:
+    """An on-policy agent's rollouts (training/rollout.py): `steps` per env before each update, GAE's
+    `gae_lambda`, the update's `minibatches` (which must divide steps x envs), and whether a time
+    limit bootstraps from the final observation's value (SB3) or ends the return as a termination
+    does (CleanRL)."""
+
+    steps: int
+    gae_lambda: float
+    minibatches: int
+    bootstrap_truncation: bool = False
+
+
+@dataclass(frozen=True)
 class Needs:
     """What an agent asks of the runner beyond the Agent protocol, declared here and read by
     training/, never probed for:
     - `population`: trained by generations (training/evolution.py), not from replay (agents/ga/);
+    - `rollout`: trained on its own rollouts (training/rollout.py), not from replay (agents/ppo/);
     - `evaluation`: the network evaluation and export act with, when it is not `acting` (TD7's
       checkpoint policy); the runner copies `acting`'s weights into it when `policy_checkpoints` say so;
     - `policy_checkpoints`: train at episode ends and keep the best assessed policy (TD7);
@@ -53,6 +67,7 @@ class Needs:
       (agents/replay.py: MR.Q's encoder in its author's schedule), or None."""
 
     population: bool = False
+    rollout: Rollout | None = None
     evaluation: Forward | None = None
     policy_checkpoints: PolicyCheckpoints | None = None
     lap: LapReplay | Literal[False] | None = None

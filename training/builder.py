@@ -16,6 +16,7 @@ from agents.augment import RandomShift
 from agents.base import Agent
 from agents.compiled import CompiledAgent
 from agents.ga import CompiledPopulation
+from agents.ppo.learner import CompiledRollout
 from agents.needs import Needs
 from buffers.types import Buffer
 from envs.factory import check_action_space, make_env, make_vector_env
@@ -25,6 +26,7 @@ from training.driven import GraphDriver
 from training.evolution import EvolutionSettings
 from training.fit import check_fit
 from training.loop import LoopSettings
+from training.rollout import RolloutSettings
 from training.parts import build_buffer, check_settings, instantiate_checked
 from training.seeding import seed_everything
 from training.speed import Speed, apply_threads, configure_devices, decide
@@ -34,13 +36,13 @@ from training.speed import Speed, apply_threads, configure_devices, decide
 class Run:
     """The parts of one run, built from its config (`build_run`)."""
 
-    learner: CompiledAgent | CompiledPopulation
+    learner: CompiledAgent | CompiledPopulation | CompiledRollout
     speed: Speed
-    buffer: Buffer | None  # None for a population (it keeps no replay)
+    buffer: Buffer | None  # None for a population or an on-policy agent (they keep no replay)
     envs: gym.vector.VectorEnv
     eval_env: gym.Env
     rng: np.random.Generator
-    settings: LoopSettings | EvolutionSettings | None = None  # the family's loop's
+    settings: LoopSettings | EvolutionSettings | RolloutSettings | None = None  # the family's loop's
     driver: GraphDriver | None = None  # env steps driven from inside the graph (speed.steps_per_call > 0)
 
     def close(self) -> None:
@@ -174,6 +176,10 @@ def build_learner(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space
         raise ConfigError("network.obs_norm=true keeps running statistics of vector observations; images are scaled "
                           "by 1/255 in the network. Set network.obs_norm=false.")
     obs_norm = RunningNormalizer(agent.obs_shape[0]) if uses_obs_norm(cfg) else None
+    if agent.needs.rollout is not None:
+        if obs_norm is not None:
+            raise ConfigError("network.obs_norm is not yet built for on-policy agents; leave it out of the command.")
+        return CompiledRollout(agent, compile=speed.compile)
     if agent.needs.population:
         try:
             return CompiledPopulation(agent, compile=speed.compile, numpy_acting=speed.numpy_acting, obs_norm=obs_norm)
@@ -214,13 +220,20 @@ def build_run(cfg: DictConfig, with_buffer: bool = True) -> Run:
     if eval_epsilon(cfg) and not isinstance(eval_env.action_space, gym.spaces.Discrete):
         raise ConfigError(f"eval_epsilon={eval_epsilon(cfg):g} takes random actions in evaluation, which is for discrete "
                           f"actions (the Atari protocol); {cfg.env.id}'s are continuous. Set eval_epsilon=0.")
+    if (cls.needs.population or cls.needs.rollout is not None) and (
+            get_class(cfg.buffer._target_) is not get_class("buffers.uniform.UniformReplay")):
+        why = "a population is scored on its own episodes" if cls.needs.population else "it learns from its own rollouts"
+        raise ConfigError(
+            f"{cls.__name__} keeps no replay buffer ({why}), so buffer={cfg.buffer._target_.rsplit('.', 1)[-1]} "
+            f"would have nothing to act on; leave the buffer group out of the command."
+        )
+    if cls.needs.rollout is not None:
+        envs = make_vector_env(cfg.env.id, int(cfg.num_envs), seed=int(cfg.seed), vectorization=speed.vectorization,
+                               **env_args)
+        learner = build_learner(cfg, envs.single_observation_space, envs.single_action_space, rng, speed)
+        return Run(learner=learner, speed=speed, buffer=None, envs=envs, eval_env=eval_env, rng=rng,
+                   settings=rollout_settings(cfg, learner.agent.needs.rollout))
     if cls.needs.population:  # one env per individual, no replay buffer
-        if get_class(cfg.buffer._target_) is not get_class("buffers.uniform.UniformReplay"):
-            raise ConfigError(
-                f"{cls.__name__} keeps no replay buffer (a population is scored on its own episodes), so "
-                f"buffer={cfg.buffer._target_.rsplit('.', 1)[-1]} would have nothing to act on; leave the buffer "
-                f"group out of the command."
-            )
         learner = build_learner(cfg, eval_env.observation_space, eval_env.action_space, rng, speed)
         envs = make_vector_env(cfg.env.id, learner.agent.population, seed=int(cfg.seed),
                                vectorization=speed.vectorization, **env_args)
@@ -262,6 +275,20 @@ def population_settings(cfg: DictConfig, episodes: int) -> EvolutionSettings:
         total_steps=int(cfg.total_steps), episodes=episodes, eval_every=int(cfg.eval_every),
         eval_episodes=int(cfg.eval_episodes), seed=int(cfg.seed), eval_seed=eval_seed(cfg),
         checkpoint_every=int(cfg.checkpoint.every), progress=bool(cfg.logger.progress))
+
+
+def rollout_settings(cfg: DictConfig, rollout) -> RolloutSettings:
+    """The on-policy loop's settings; a rollout of steps x envs that the minibatches do not divide is refused."""
+    batch = rollout.steps * int(cfg.num_envs)
+    if batch % rollout.minibatches:
+        raise ConfigError(f"a rollout of agent.n_steps={rollout.steps} x num_envs={cfg.num_envs} = {batch} samples does not "
+                          f"split into agent.num_minibatches={rollout.minibatches} equal minibatches; choose values whose "
+                          f"product the number of minibatches divides (CleanRL: 2048 x 1 in 32; 128 x 4 in 4).")
+    return RolloutSettings(
+        total_steps=int(cfg.total_steps), steps=rollout.steps, gamma=float(cfg.gamma), gae_lambda=rollout.gae_lambda,
+        bootstrap_truncation=rollout.bootstrap_truncation, eval_every=int(cfg.eval_every),
+        eval_episodes=int(cfg.eval_episodes), seed=int(cfg.seed), eval_seed=eval_seed(cfg),
+        eval_epsilon=eval_epsilon(cfg), checkpoint_every=int(cfg.checkpoint.every), progress=bool(cfg.logger.progress))
 
 
 def loop_settings(cfg: DictConfig, speed: Speed, needs: Needs) -> LoopSettings:

@@ -2,7 +2,8 @@
 the loop, the state it carries, what a checkpoint holds beside the weights and generators, and
 what resuming puts back. An off-policy learner (training/loop.py) keeps a replay buffer and its
 envs mid-episode; a population (training/evolution.py, `Needs.population`) keeps neither, its envs
-reseeded every generation. Building, restoring, logging, checkpointing and stopping are the
+reseeded every generation; an on-policy learner (training/rollout.py, `Needs.rollout`) keeps its
+envs mid-episode but no rollout between updates. Building, restoring, logging, checkpointing and stopping are the
 runner's, alike for both."""
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from training.config import ConfigError, frame_stack
 from training.evolution import EvolutionState, GenerationResult, generation_in_graph, run_generation, train_population
 from training.loggers import Logger
 from training.loop import LoopState, initial_state, train
+from training.rollout import RolloutState, initial_rollout_state, train_on_policy
 from training.session import LoopHooks
 from training.speed import Speed
 
@@ -111,8 +113,52 @@ class Population:
         return train_population(run.learner, self.generation, run.eval_env, run.settings, logger, run.rng, state, hooks)
 
 
-def family_of(cfg: DictConfig, run: Run) -> OffPolicy | Population:
-    return Population(cfg, run) if run.learner.agent.needs.population else OffPolicy(cfg, run)
+class OnPolicy:
+    state_type = RolloutState
+    stepped_records = ("train", "update")
+    weights = "agent's weights or optimizer state"
+
+    def __init__(self, cfg: DictConfig, run: Run):
+        self.cfg, self.run = cfg, run
+
+    def describe(self, speed: dict) -> str:
+        s, n = self.run.settings, self.run.envs.num_envs
+        return (f"rollouts: {s.steps} steps x {n} envs, one compiled update each ({speed['compile']}); "
+                f"{s.iterations(n)} rollouts")
+
+    def initial_state(self) -> RolloutState:
+        return initial_rollout_state(self.run.envs, self.run.settings)
+
+    def position(self, state: RolloutState) -> str:
+        return f"rollout {state.iteration} (step {state.step})"
+
+    def restore(self, state, saved, buffer_state, path, console) -> None:
+        """The training envs, mid-episode, as the checkpoint holds them (a checkpoint holds no rollout)."""
+        if saved["envs"] is not None:
+            try:
+                set_env_state(self.run.envs, saved["envs"])
+            except EnvStateError as err:
+                raise CheckpointError(f"checkpoint {path} holds training envs that do not fit this run's: {err}") from err
+        else:
+            console("warning: the training envs could not be saved (async vectorization); they restart from a fresh reset.")
+            state.obs, _ = self.run.envs.reset(seed=int(self.cfg.seed) + state.step)
+
+    def envs_state(self):
+        return env_state(self.run.envs)
+
+    def buffer_state(self) -> dict | None:
+        return None
+
+    def train(self, logger: Logger, state: RolloutState, hooks: LoopHooks) -> dict:
+        run = self.run
+        return train_on_policy(run.learner, run.envs, run.eval_env, run.settings, logger, state, hooks)
+
+
+def family_of(cfg: DictConfig, run: Run) -> OffPolicy | Population | OnPolicy:
+    needs = run.learner.agent.needs
+    if needs.rollout is not None:
+        return OnPolicy(cfg, run)
+    return Population(cfg, run) if needs.population else OffPolicy(cfg, run)
 
 
 def population_generation(cfg: DictConfig, learner: CompiledPopulation, envs: gym.vector.VectorEnv,
