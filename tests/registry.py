@@ -116,6 +116,13 @@ def _ga(rng, **kw):
     return GA((OBS,), net((8,)), rng, population=6, num_actions=NUM_ACTIONS, **kw)
 
 
+def _ppo(rng, **kw):
+    from agents.ppo import PPO, PPONetworks
+
+    return PPO((OBS,), PPONetworks(hidden=[16, 16]), rng, num_actions=NUM_ACTIONS,
+               **{"n_steps": 8, "num_minibatches": 2, "update_epochs": 2, **kw})
+
+
 # The golden runs' shared overrides (tests/test_golden.py adds its COMMON): 200 updates each
 OFF_POLICY = ["total_steps=300", "learning_starts=100", "eval_every=300", "batch_size=32", "network.hidden=[32,32]"]
 # conf/tuned/dqn_cartpole.yaml applies: its update cadence (0.5 per step, every 256 steps) set back to one per step
@@ -156,6 +163,12 @@ AGENTS: dict[str, AgentEntry] = {e.name: e for e in [
                {"mrq": ["agent=mrq", "env=pendulum", "total_steps=300", "learning_starts=100", "eval_every=300",
                         "batch_size=32", *[f"network.{k}={v}" for k, v in MRQ_NET.items()],
                         "agent.target_update_every=100"]}),
+    # PPO learns from its rollouts (training/rollout.py), not from replay batches: its update is tests/test_ppo.py's.
+    # Its golden run: 4 rollouts of 64 steps x 2 envs, each 2 epochs of 4 minibatches
+    AgentEntry("ppo", _ppo, None,
+               {"ppo": ["agent=ppo", "env=cartpole", "total_steps=512", "num_envs=2", "agent.n_steps=64",
+                        "agent.num_minibatches=4", "agent.update_epochs=2", "eval_every=512", "network.hidden=[32,32]"]},
+               discrete=True),
     AgentEntry("ga", _ga, None,
                {"ga": ["agent=ga", "env=cartpole", "agent.population=8", "network.hidden=[8]", "total_steps=1500",
                        "eval_every=1500"]},

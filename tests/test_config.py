@@ -23,6 +23,10 @@ def options(group):
 
 def valid_combinations():
     for agent, network, buffer, env in itertools.product(options("agent"), options("network"), options("buffer"), options("env")):
+        if agent == "ppo" or network == "ppo":  # its own networks, no replay, vectors (its CNN is to come)
+            if agent == network == "ppo" and buffer == "uniform" and env not in PIXEL_ENVS:
+                yield agent, network, buffer, env
+            continue
         if (agent == "mrq") != (network == "mrq"):
             continue  # MR.Q's networks are network=mrq's, which build only MR.Q's: refused (test_train_cli)
         if buffer == "mrq" and agent != "mrq":
@@ -124,6 +128,7 @@ def test_every_combination_composes_and_instantiates(make_cfg, agent, network, b
     # would be most of such a run's; its XLA update runs in test_agents' fused check and test_crossq's resume
     compile = "graph" if (agent, network, buffer, env) in GRAPH else "eager"
     extra = {"ga": ["agent.population=3"], "crossq": [f"speed.compile={compile}"],
+             "ppo": ["agent.n_steps=4", "agent.num_minibatches=2", "agent.update_epochs=2"],
              "mrq": ["agent.enc_horizon=2", *(f"network.{k}=16" for k in ("zs_dim", "za_dim", "zsa_dim", "encoder_hidden",
                                                                              "value_hidden", "policy_hidden"))]}.get(agent, [])
     cfg = make_cfg(f"agent={agent}", f"network={network}", f"buffer={buffer}", f"env={env}", "buffer.capacity=1000",
@@ -140,6 +145,21 @@ def test_every_combination_composes_and_instantiates(make_cfg, agent, network, b
                 obs, *_ = run.envs.step(action)
             run.learner.evolve(np.array([1.0, 3.0, 2.0]))
             assert run.buffer is None and run.envs.num_envs == 3
+        finally:
+            run.close()
+        return
+    if agent == "ppo":
+        from training.rollout import collect
+
+        try:
+            obs, _ = run.envs.reset(seed=0)
+            rollout, obs, _, _ = collect(run.learner, run.envs, obs, 4, bootstrap_truncation=True)
+            assert run.envs.action_space.contains(run.learner.env_action(rollout["action"][0]).astype(
+                run.envs.action_space.dtype))
+            flat = {k: rollout[k].reshape(-1, *rollout[k].shape[2:]) for k in ("obs", "action", "log_prob", "value")}
+            metrics = run.learner.update({**flat, "advantages": rollout["reward"].reshape(-1),
+                                          "returns": rollout["reward"].reshape(-1)}, progress=0.0)
+            assert run.buffer is None and all(np.isfinite(v) for v in metrics.values())
         finally:
             run.close()
         return

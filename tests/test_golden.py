@@ -66,7 +66,8 @@ COMMON = ["seed=0", "deterministic=true", "speed=plain", "speed.threads.inter_op
 # (the GA: generations of 8 until 1500 env steps)
 CASES: dict[str, list[str]] = {case: overrides for entry in AGENTS.values() for case, overrides in entry.golden.items()}
 # wall-clock figures: never part of a golden record
-CLOCK = {"steps_per_second", "generations_per_second", "act_ms_per_step", "env_ms_per_step", "wall_time"}
+CLOCK = {"steps_per_second", "generations_per_second", "act_ms_per_step", "env_ms_per_step", "wall_time",
+         "rollout_seconds", "update_seconds"}
 
 
 # --- the runs (in the subprocess) -----------------------------------------------------------------

@@ -216,7 +216,7 @@ def test_bad_input_gets_a_clear_message_and_nonzero_exit(tmp_path, capsys, overr
 @pytest.mark.parametrize(
     "overrides,message",
     [
-        (["agent=ppo"], f"error: agent=ppo names no config in conf/agent/; the choices are {AGENT_CHOICES}."),
+        (["agent=a2c"], f"error: agent=a2c names no config in conf/agent/; the choices are {AGENT_CHOICES}."),
         (["agent=nosuchagent"], f"error: agent=nosuchagent names no config in conf/agent/; the choices are {AGENT_CHOICES}."),
         (["env=nosuchenv"], "error: env=nosuchenv names no config in conf/env/; the choices are acrobot, ant, "),
         (["env=pendullum"], "the choices are acrobot, ant, atari, cartpole, dmc, gridworld, halfcheetah, hopper, humanoid, "

@@ -28,8 +28,8 @@ class CompiledRollout:
     def update(self, rollout: dict[str, np.ndarray], progress: float) -> dict[str, float]:
         a = self.agent
         action = rollout["action"].astype(np.int32 if a.discrete else np.float32)
-        out = self._update(rollout["obs"].astype(np.float32), action, rollout["log_prob"], rollout["advantages"],
-                           rollout["returns"], rollout["value"], np.float32(progress))
+        floats = (np.asarray(rollout[k], np.float32) for k in ("log_prob", "advantages", "returns", "value"))
+        out = self._update(np.asarray(rollout["obs"], np.float32), action, *floats, np.float32(progress))
         a.refresh()
         return {k: float(v) for k, v in out.items()}
 

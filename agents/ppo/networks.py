@@ -40,3 +40,7 @@ class PPONetworks:
 
     def critic(self, obs_dim: int) -> keras.Model:
         return orthogonal_mlp(obs_dim, 1, self.hidden, self.activation, 1.0, "critic")
+
+    def __call__(self, *args, name: str = "network", **kwargs):
+        raise ValueError(f"network=ppo builds PPO's actor and critic (agent=ppo), not a network by input and output "
+                         f"size as this agent asks for its {name!r}; use network=mlp (or simba, or a CNN) with it.")

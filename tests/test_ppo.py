@@ -1,0 +1,216 @@
+"""PPO's own features against values computed by hand: GAE across terminations and time limits
+(CleanRL's and SB3's treatment), the clipped surrogate, the clipped value loss, advantages
+normalized with the unbiased std, the Gaussian's and the categorical's log-densities and entropies;
+one minibatch's losses as the update computes them from the agent's own outputs; the learning rate's
+annealing and the target-KL stop; a run resumed from its checkpoint ends as the uninterrupted run;
+the bad settings a user would type; and CartPole learned."""
+import json
+import math
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from scipy import stats
+
+from agents.ppo import PPO, PPONetworks, losses
+from agents.ppo.returns import explained_variance, gae
+from helpers import ROOT, final_weights, read_csv, resume
+
+
+def test_gae_by_hand_across_a_termination_and_a_time_limit():
+    """T = 3 steps of 1 env, gamma 0.9, lambda 0.5. Step 1 ends its episode: terminated (no bootstrap)
+    or truncated (bootstrapped from the final observation's value 4, in SB3's treatment)."""
+    r, v = np.array([[1.0], [2.0], [3.0]]), np.array([[0.5], [1.0], [2.0]])
+    nxt = np.array([[1.0], [4.0], [6.0]])  # V(s1); V(final obs of the ended episode); V(s3), the bootstrap of the rollout
+    g, lam = 0.9, 0.5
+    ended = np.array([[False], [True], [False]])
+    # terminated at step 1
+    d2 = 3 + g * 6 - 2            # 6.4
+    d1 = 2 + 0 - 1.0              # 1.0 (no bootstrap); the recursion stops here
+    d0 = 1 + g * 1.0 - 0.5        # 1.4
+    adv, ret = gae(r, v, nxt, ended, ended, g, lam)
+    np.testing.assert_allclose(adv[:, 0], [d0 + g * lam * d1, d1, d2], rtol=1e-6)
+    np.testing.assert_allclose(ret, adv + v, rtol=1e-6)
+    # truncated at step 1: bootstrapped from V(final obs) = 4, still no recursion across the end
+    d1 = 2 + g * 4.0 - 1.0
+    adv, _ = gae(r, v, nxt, np.zeros_like(ended), ended, g, lam)
+    np.testing.assert_allclose(adv[:, 0], [d0 + g * lam * d1, d1, d2], rtol=1e-6)
+
+
+def test_gae_with_lambda_one_is_the_discounted_return_minus_the_value():
+    rng = np.random.default_rng(0)
+    r, v = rng.normal(size=(5, 2)), rng.normal(size=(5, 2))
+    last = rng.normal(size=2)
+    nxt = np.concatenate([v[1:], last[None]])
+    adv, _ = gae(r, v, nxt, np.zeros((5, 2), bool), np.zeros((5, 2), bool), 0.99, 1.0)
+    discounted = sum(0.99**k * r[k] for k in range(5)) + 0.99**5 * last
+    np.testing.assert_allclose(adv[0], discounted - v[0], rtol=1e-5)
+
+
+def test_the_clipped_surrogate_takes_the_pessimistic_side_of_the_clip():
+    ratio = np.array([0.5, 0.9, 1.1, 1.5, 0.5, 1.5])
+    adv = np.array([1.0, 1.0, 1.0, 1.0, -1.0, -1.0])
+    # A > 0: min(r, clip(r)) A; A < 0: max(r, clip(r)) A (the loss is the negative)
+    objective = [0.5, 0.9, 1.1, 1.2, -0.8, -1.5]
+    out = losses.clipped_surrogate(tf.math.log(tf.constant(ratio, tf.float32)), tf.constant(adv, tf.float32), 0.2)
+    assert float(out) == pytest.approx(-np.mean(objective), rel=1e-6)
+
+
+def test_the_value_loss_clipped_around_the_old_value_takes_the_larger_error():
+    value, old, ret = tf.constant([3.0, 0.0, 1.0]), tf.constant([1.0, 1.0, 1.0]), tf.constant([4.0, 2.0, 1.0])
+    # kept within 0.5 of old: 1.5, 0.5, 1.0; errors: max((3-4)^2, (1.5-4)^2) = 6.25, max(4, 2.25) = 4, 0
+    assert float(losses.value_loss(value, old, ret, 0.5)) == pytest.approx(0.5 * (6.25 + 4 + 0) / 3)
+    assert float(losses.value_loss(value, old, ret, None)) == pytest.approx(0.5 * (1 + 4 + 0) / 3)
+
+
+def test_advantages_are_normalized_with_the_unbiased_std_as_torch():
+    x = np.array([1.0, 2.0, 4.0, 7.0], np.float32)
+    expected = (x - x.mean()) / (x.std(ddof=1) + 1e-8)
+    np.testing.assert_allclose(losses.normalized(tf.constant(x)), expected, rtol=1e-6)
+
+
+def test_the_gaussians_and_the_categoricals_densities_and_entropies():
+    mean, log_std, action = np.array([[0.5, -1.0]]), np.array([0.2, -0.3]), np.array([[1.0, 0.0]])
+    expected = stats.norm(mean, np.exp(log_std)).logpdf(action).sum()
+    f32 = lambda x: tf.constant(x, tf.float32)  # noqa: E731
+    assert float(losses.gaussian_log_prob(f32(mean), f32(log_std), f32(action))[0]) == pytest.approx(expected, rel=1e-5)
+    entropy = stats.norm(0, np.exp(log_std)).entropy().sum()
+    np.testing.assert_allclose(losses.gaussian_entropy(f32(log_std), 3), [entropy] * 3, rtol=1e-5)
+    logits = np.array([[1.0, 2.0, 0.5]])
+    p = np.exp(logits) / np.exp(logits).sum()
+    assert float(losses.categorical_log_prob(f32(logits), tf.constant([1]))[0]) == pytest.approx(math.log(p[0, 1]), rel=1e-5)
+    assert float(losses.categorical_entropy(f32(logits))[0]) == pytest.approx(-(p * np.log(p)).sum(), rel=1e-5)
+
+
+def test_explained_variance():
+    assert explained_variance(np.array([1.0, 2.0, 3.0]), np.array([1.0, 2.0, 3.0])) == 1.0
+    assert explained_variance(np.zeros(3), np.array([1.0, 2.0, 3.0])) == 0.0  # residuals as varied as the targets
+    assert explained_variance(np.array([1.0, 2.0, 2.0]), np.array([1.0, 2.0, 3.0])) == pytest.approx(1 - (2 / 9) / (2 / 3))
+    assert math.isnan(explained_variance(np.zeros(3), np.ones(3)))
+
+
+def agent(discrete: bool, **kw):
+    space = {"num_actions": 3} if discrete else {"action_low": -np.ones(2), "action_high": 2 * np.ones(2)}
+    return PPO(4, PPONetworks(hidden=[8, 8]), np.random.default_rng(0), **{"n_steps": 8, **space, **kw})
+
+
+@pytest.mark.parametrize("discrete", [True, False])
+def test_actings_log_probability_is_the_updates(discrete):
+    """The log-probabilities stored in a rollout (numpy) are those the update computes (TensorFlow)
+    for the same actions: the first minibatch's ratio is 1."""
+    ppo = agent(discrete)
+    obs = np.random.default_rng(1).normal(size=(16, 4)).astype(np.float32)
+    action, log_prob, value = ppo.step(obs)
+    ours, _ = ppo.distribution(tf.constant(obs), tf.constant(action.astype(np.int32 if discrete else np.float32)))
+    np.testing.assert_allclose(ours, log_prob, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(value, ppo.critic(obs)[:, 0], rtol=1e-5, atol=1e-6)
+    assert (not discrete) or set(np.unique(action)) <= {0, 1, 2}
+
+
+@pytest.mark.parametrize("clip_vloss,norm_adv", [(True, True), (False, False)])
+def test_one_minibatchs_losses_by_hand_from_the_agents_outputs(clip_vloss, norm_adv):
+    """pg, value and entropy terms of one minibatch, from the actor's logits and the critic's values
+    before the step, against numpy: the ratio to the stored log-probabilities, the advantages
+    normalized or not, the value loss clipped around the stored values or not."""
+    ppo = agent(True, clip_coef=0.1, clip_vloss=clip_vloss, norm_adv=norm_adv)
+    rng = np.random.default_rng(2)
+    obs = rng.normal(size=(6, 4)).astype(np.float32)
+    action = rng.integers(0, 3, 6).astype(np.int32)
+    old_log_prob = rng.normal(-1.1, 0.3, 6).astype(np.float32)
+    adv, ret, old_v = (rng.normal(size=6).astype(np.float32) for _ in range(3))
+    logits, value = ppo.actor(obs).numpy().astype(np.float64), ppo.critic(obs).numpy()[:, 0].astype(np.float64)
+    log_p = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    ratio = np.exp(log_p[np.arange(6), action] - old_log_prob)
+    a = (adv - adv.mean()) / (adv.std(ddof=1) + 1e-8) if norm_adv else adv
+    pg = np.mean(np.maximum(-a * ratio, -a * np.clip(ratio, 0.9, 1.1)))
+    err = (value - ret) ** 2
+    if clip_vloss:
+        err = np.maximum(err, (old_v + np.clip(value - old_v, -0.1, 0.1) - ret) ** 2)
+    entropy = -(np.exp(log_p) * log_p).sum(axis=1).mean()
+    out = ppo.minibatch_step(*(tf.constant(x) for x in (obs, action, old_log_prob, adv, ret, old_v)))
+    np.testing.assert_allclose([float(out[0]), float(out[1]), float(out[2])], [pg, 0.5 * err.mean(), entropy], rtol=1e-5)
+
+
+def rollout_of(ppo, n=16, seed=3):
+    rng = np.random.default_rng(seed)
+    obs = rng.normal(size=(n, 4)).astype(np.float32)
+    action, log_prob, value = ppo.step(obs)
+    adv = rng.normal(size=n).astype(np.float32)
+    return [tf.constant(x) for x in (obs, action.astype(np.int32), log_prob, adv, adv + value, value)]
+
+
+def test_the_learning_rate_falls_linearly_with_the_runs_progress_unless_constant():
+    ppo = agent(True, lr=1e-3, num_minibatches=2, update_epochs=1)
+    out = ppo.update(*rollout_of(ppo), tf.constant(0.25))
+    assert float(out["learning_rate"]) == pytest.approx(7.5e-4) == float(ppo.optimizer.learning_rate)
+    flat = agent(True, lr=1e-3, num_minibatches=2, update_epochs=1, anneal_lr=False)
+    assert float(flat.update(*rollout_of(flat), tf.constant(0.25))["learning_rate"]) == pytest.approx(1e-3)
+
+
+def test_a_target_kl_stops_the_epochs_at_the_first_that_passes_it():
+    tight = agent(True, num_minibatches=2, update_epochs=5, target_kl=1e-12, lr=1e-2)
+    assert int(tight.update(*rollout_of(tight), tf.constant(0.0))["epochs"]) == 1
+    free = agent(True, num_minibatches=2, update_epochs=5, lr=1e-2)
+    assert int(free.update(*rollout_of(free), tf.constant(0.0))["epochs"]) == 5
+
+
+RUN = ["agent=ppo", "env=cartpole", "num_envs=2", "agent.n_steps=64", "agent.num_minibatches=4",
+       "agent.update_epochs=2", "eval_every=256", "eval_episodes=2", "deterministic=true", "logger.progress=false",
+       "checkpoint.every=256", "network.hidden=[16,16]"]
+
+
+def train(run_dir, *overrides):
+    return subprocess.run([sys.executable, "train.py", f"hydra.run.dir={run_dir}", *RUN, *overrides], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_a_run_resumed_from_its_checkpoint_ends_as_the_uninterrupted_run(tmp_path):
+    """The run's directory as a run stopped after its checkpoint at 256 of 768 steps leaves it,
+    resumed: the same weights (networks, Adam's moments, the in-graph generator) and evaluations."""
+    whole, half = tmp_path / "whole", tmp_path / "half"
+    proc = train(whole, "total_steps=768", "checkpoint.keep=5")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    shutil.copytree(whole, half)
+    for later in ("step_0000000512", "step_0000000768"):
+        shutil.rmtree(half / "checkpoints" / later)
+    (half / "summary.json").unlink()
+    proc = resume(half)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "from step_0000000256" in proc.stdout, proc.stdout
+    a, b = final_weights(whole), final_weights(half)
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    assert [r["return_mean"] for r in read_csv(whole / "eval.csv")] == [r["return_mean"] for r in read_csv(half / "eval.csv")]
+
+
+@pytest.mark.parametrize("overrides,problem", [
+    (["agent.n_steps=100", "agent.num_minibatches=32"], "does not split into agent.num_minibatches=32"),
+    (["buffer=prioritized"], "keeps no replay buffer"),
+    (["network=mlp"], "network=ppo"),
+    (["agent.clip_coef=0"], "agent.clip_coef must be > 0"),
+])
+def test_bad_settings_are_named(cli, tmp_path, overrides, problem):
+    proc = cli.train(tmp_path, "agent=ppo", "env=cartpole", *overrides)
+    assert proc.returncode == 2 and problem in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_ppo_learns_cartpole(tmp_path):
+    """CleanRL's classic-control settings (conf/tuned/ppo_cartpole.yaml), its learning rate annealed over
+    100k of its 500k steps: evaluations above 400 from 40k on (a random policy scores about 20; CleanRL's
+    500k runs end at 490), a policy that moved (KLs above 0, its clip engaged) and whose entropy fell
+    below a uniform policy's ln 2."""
+    proc = subprocess.run([sys.executable, "train.py", f"hydra.run.dir={tmp_path}", "agent=ppo", "env=cartpole",
+                           "total_steps=100000", "eval_every=20000", "deterministic=true", "logger.progress=false",
+                           "checkpoint.every=0"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    evals = [(int(r["step"]), float(r["return_mean"])) for r in read_csv(tmp_path / "eval.csv")]
+    assert all(ret > 400 for step, ret in evals if step >= 40000), evals
+    updates = read_csv(tmp_path / "update.csv")
+    assert max(float(r["approx_kl"]) for r in updates) > 1e-4
+    assert max(float(r["clip_fraction"]) for r in updates) > 0
+    assert np.mean([float(r["entropy"]) for r in updates[-20:]]) < math.log(2) - 0.05
