@@ -40,14 +40,15 @@ class LapReplay:
 @dataclass(frozen=True)
 class Rollout:
     """An on-policy agent's rollouts (training/rollout.py): `steps` per env before each update, GAE's
-    `gae_lambda`, the update's `minibatches` (which must divide steps x envs), and whether a time
-    limit bootstraps from the final observation's value (SB3) or ends the return as a termination
-    does (CleanRL)."""
+    `gae_lambda`, the update's `minibatches` (which must divide steps x envs), whether a time limit
+    bootstraps from the final observation's value (SB3) or ends the return as a termination does
+    (CleanRL), and whether rewards are scaled by running return statistics (CleanRL on MuJoCo)."""
 
     steps: int
     gae_lambda: float
     minibatches: int
     bootstrap_truncation: bool = False
+    normalize_reward: bool = False
 
 
 @dataclass(frozen=True)

@@ -157,9 +157,10 @@ def test_a_target_kl_stops_the_epochs_at_the_first_that_passes_it():
     assert int(free.update(*rollout_of(free), tf.constant(0.0))["epochs"]) == 5
 
 
+# the observation and reward statistics on, so that the resumed run ends as the whole only if they are checkpointed
 RUN = ["agent=ppo", "env=cartpole", "num_envs=2", "agent.n_steps=64", "agent.num_minibatches=4",
        "agent.update_epochs=2", "eval_every=256", "eval_episodes=2", "deterministic=true", "logger.progress=false",
-       "checkpoint.every=256", "network.hidden=[16,16]"]
+       "checkpoint.every=256", "network.hidden=[16,16]", "network.obs_norm=true", "agent.normalize_reward=true"]
 
 
 def train(run_dir, *overrides):
@@ -185,6 +186,42 @@ def test_a_run_resumed_from_its_checkpoint_ends_as_the_uninterrupted_run(tmp_pat
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     assert [r["return_mean"] for r in read_csv(whole / "eval.csv")] == [r["return_mean"] for r in read_csv(half / "eval.csv")]
+
+
+def test_rewards_are_scaled_by_the_running_std_of_the_discounted_return_and_clipped():
+    """Two envs, gamma 0.5: returns G = 0.5 G (1 - terminated) + r, their population variance over
+    every env and step so far (beside the prior of weight 1e-4), r / sqrt(var + 1e-8), clipped at 10."""
+    from networks.normalization import INITIAL_COUNT, ReturnScaler
+
+    scaler = ReturnScaler(2, gamma=0.5)
+    steps = [([1.0, 2.0], [False, True]), ([3.0, -1.0], [True, False]), ([100.0, 0.0], [False, False])]
+    returns, seen = np.zeros(2), []
+    for reward, terminated in steps:
+        returns = returns * 0.5 * (1 - np.array(terminated)) + np.array(reward)
+        seen.extend(returns)
+        n = len(seen)
+        mean = np.sum(seen) / (n + INITIAL_COUNT)
+        var = (np.sum((np.array(seen) - mean) ** 2) + INITIAL_COUNT * (1 + mean**2)) / (n + INITIAL_COUNT)
+        expected = np.clip(np.array(reward) / np.sqrt(var + 1e-8), -10, 10)
+        np.testing.assert_allclose(scaler(np.array(reward), np.array(terminated)), expected, rtol=1e-5)
+    calm = ReturnScaler(1, gamma=0.0)
+    for _ in range(1000):
+        calm(np.array([0.001]), np.array([False]))
+    assert calm(np.array([1.0]), np.array([False]))[0] == 10.0  # 1 / sqrt(about 1e-3): clipped
+
+
+def test_normalized_observations_are_clipped_in_numpy_and_in_the_export():
+    from agents.export import PolicyModule
+    from agents.ppo.learner import CompiledRollout
+    from networks.normalization import RunningNormalizer
+
+    norm = RunningNormalizer(4, clip=10.0)
+    norm.update(np.random.default_rng(0).normal(size=(50, 4)) * 0.01)
+    learner = CompiledRollout(agent(False), obs_norm=norm)
+    obs = np.array([[0.0, 0.0, 0.0, 0.0], [5.0, -5.0, 0.001, 0.0]], np.float32)  # far outside: clipped
+    assert np.abs(norm(obs)).max() == 10.0
+    module = PolicyModule(learner.agent, norm)
+    np.testing.assert_allclose(module(tf.constant(obs)).numpy(), learner.act(obs), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("overrides,problem", [

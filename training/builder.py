@@ -20,7 +20,7 @@ from agents.ppo.learner import CompiledRollout
 from agents.needs import Needs
 from buffers.types import Buffer
 from envs.factory import check_action_space, make_env, make_vector_env
-from networks.normalization import RunningNormalizer
+from networks.normalization import ReturnScaler, RunningNormalizer
 from training.config import ConfigError, frame_stack, unshardable, validate
 from training.driven import GraphDriver
 from training.evolution import EvolutionSettings
@@ -176,10 +176,10 @@ def build_learner(cfg: DictConfig, obs_space: gym.Space, action_space: gym.Space
         raise ConfigError("network.obs_norm=true keeps running statistics of vector observations; images are scaled "
                           "by 1/255 in the network. Set network.obs_norm=false.")
     obs_norm = RunningNormalizer(agent.obs_shape[0]) if uses_obs_norm(cfg) else None
-    if agent.needs.rollout is not None:
-        if obs_norm is not None:
-            raise ConfigError("network.obs_norm is not yet built for on-policy agents; leave it out of the command.")
-        return CompiledRollout(agent, compile=speed.compile)
+    if agent.needs.rollout is not None:  # CleanRL's and SB3's PPO clip normalized observations and rewards at 10
+        scaler = ReturnScaler(int(cfg.num_envs), float(cfg.gamma)) if agent.needs.rollout.normalize_reward else None
+        return CompiledRollout(agent, compile=speed.compile, reward_scaler=scaler,
+                               obs_norm=RunningNormalizer(agent.obs_shape[0], clip=10.0) if obs_norm else None)
     if agent.needs.population:
         try:
             return CompiledPopulation(agent, compile=speed.compile, numpy_acting=speed.numpy_acting, obs_norm=obs_norm)

@@ -24,8 +24,9 @@ from training.session import Evaluation, LoopHooks, Session
 class RolloutLearner(Protocol):
     """What the loop drives (`agents.ppo.learner.CompiledRollout`)."""
 
-    def step(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+    def step(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...
     def values(self, obs: np.ndarray) -> np.ndarray: ...
+    def scale_rewards(self, reward: np.ndarray, terminated: np.ndarray) -> np.ndarray: ...
     def env_action(self, action: np.ndarray) -> np.ndarray: ...
     def update(self, rollout: dict[str, np.ndarray], progress: float) -> dict[str, float]: ...
     def act(self, obs: np.ndarray, explore: bool) -> np.ndarray: ...
@@ -74,19 +75,20 @@ def initial_rollout_state(envs: gym.vector.VectorEnv, settings: RolloutSettings)
 
 def collect(learner: RolloutLearner, envs: gym.vector.VectorEnv, obs: np.ndarray, steps: int,
             bootstrap_truncation: bool) -> tuple[dict[str, np.ndarray], np.ndarray, list, list]:
-    """`steps` steps of every env from `obs`: the rollout's arrays (T x N), the envs' observations
-    after it, and the episodes and games that ended in it (env step within the rollout, return,
-    length). `next_values[t]` is V(s_{t+1}) of the transition's own episode: the next step's value,
+    """`steps` steps of every env from `obs`: the rollout's arrays (T x N; the observations as the
+    policy saw them, the rewards as scaled), the envs' observations after it, and the episodes and
+    games that ended in it (env step within the rollout, the env's own return, length). `next_values[t]` is V(s_{t+1}) of the transition's own episode: the next step's value,
     or at a time limit (with `bootstrap_truncation`) the value of the final observation."""
     n = envs.num_envs
     keys = ("obs", "action", "log_prob", "value", "reward", "terminated", "ended", "next_value")
     out: dict[str, list] = {k: [] for k in keys}
     episodes, games = [], []
     for t in range(steps):
-        action, log_prob, value = learner.step(obs)
+        seen, action, log_prob, value = learner.step(obs)
         next_obs, reward, terminated, truncated, infos = envs.step(learner.env_action(action))
         ended = terminated | truncated
-        for k, x in zip(keys[:7], (obs, action, log_prob, value, reward, terminated, ended)):
+        reward = learner.scale_rewards(reward, terminated)
+        for k, x in zip(keys[:7], (seen, action, log_prob, value, reward, terminated, ended)):
             out[k].append(x)
         next_value = np.zeros(n, np.float32)
         if bootstrap_truncation and truncated.any():

@@ -28,7 +28,8 @@ class PPO:
                  num_actions: int | None = None, lr: float = 3e-4, anneal_lr: bool = True, n_steps: int = 2048,
                  gae_lambda: float = 0.95, update_epochs: int = 10, num_minibatches: int = 32, clip_coef: float = 0.2,
                  clip_vloss: bool = True, norm_adv: bool = True, ent_coef: float = 0.0, vf_coef: float = 0.5,
-                 max_grad_norm: float = 0.5, target_kl: float | None = None, bootstrap_truncation: bool = False):
+                 max_grad_norm: float = 0.5, target_kl: float | None = None, bootstrap_truncation: bool = False,
+                 normalize_reward: bool = False):
         if not isinstance(network, PPONetworks):
             raise ValueError("agent=ppo builds its actor and critic from network=ppo (its default), "
                              f"not {type(network).__name__}; leave the network group out of the command")
@@ -39,7 +40,7 @@ class PPO:
         self.box = None if self.discrete else ActionBox(action_low, action_high)
         self.action_dim = int(num_actions) if self.discrete else int(np.asarray(action_low).shape[0])
         for key, value in (("anneal_lr", anneal_lr), ("clip_vloss", clip_vloss), ("norm_adv", norm_adv),
-                           ("bootstrap_truncation", bootstrap_truncation)):
+                           ("bootstrap_truncation", bootstrap_truncation), ("normalize_reward", normalize_reward)):
             checks.flag(value, key)
         self.lr0 = checks.number(lr, "lr", "> 0 (3e-4 in CleanRL's MuJoCo PPO)", lambda x: x > 0)
         self.anneal_lr, self.norm_adv = anneal_lr, norm_adv
@@ -55,7 +56,7 @@ class PPO:
         self.needs = Needs(rollout=Rollout(
             steps=checks.integer(n_steps, "n_steps", "an integer >= 1 (2048 in CleanRL's MuJoCo PPO)"),
             gae_lambda=checks.number(gae_lambda, "gae_lambda", "in [0, 1] (0.95 in CleanRL)", lambda x: 0 <= x <= 1),
-            minibatches=self.minibatches, bootstrap_truncation=bootstrap_truncation))
+            minibatches=self.minibatches, bootstrap_truncation=bootstrap_truncation, normalize_reward=normalize_reward))
         self._rng = rng
         self._tf_rng = tf.random.Generator.from_seed(tf_seed(rng))
         obs_dim = self.obs_shape[0]

@@ -8,15 +8,18 @@ import tensorflow as tf
 
 from agents.compiling import compile_fn, graph_of, tracing_count
 from agents.ppo.agent import PPO
+from networks.normalization import ReturnScaler, RunningNormalizer
 
 
 class CompiledRollout:
-    """A PPO agent with the update of a whole rollout compiled (traced once), acting in numpy."""
+    """A PPO agent with the update of a whole rollout compiled (traced once), acting in numpy. With
+    `obs_norm`, every observation acted on updates the running statistics and the policy, the value,
+    evaluation and the export see it normalized (and clipped); with `reward_scaler`, the rollout's
+    rewards are scaled by its running return statistics. Both are checkpointed with the weights."""
 
-    obs_norm = None
-
-    def __init__(self, agent: PPO, compile: str = "graph"):
-        self.agent = agent
+    def __init__(self, agent: PPO, compile: str = "graph", obs_norm: RunningNormalizer | None = None,
+                 reward_scaler: ReturnScaler | None = None):
+        self.agent, self.obs_norm, self.reward_scaler = agent, obs_norm, reward_scaler
         action = (tf.TensorSpec([None], tf.int32, name="action") if agent.discrete
                   else tf.TensorSpec([None, agent.action_dim], tf.float32, name="action"))
         column = lambda name: tf.TensorSpec([None], tf.float32, name=name)  # noqa: E731
@@ -33,23 +36,35 @@ class CompiledRollout:
         a.refresh()
         return {k: float(v) for k, v in out.items()}
 
-    def step(self, obs):
-        return self.agent.step(obs)
+    def step(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The observations as the policy sees them (their statistics updated first), and its
+        sampled actions, their log-probabilities and the values."""
+        if self.obs_norm is not None:
+            self.obs_norm.update(obs)
+        seen = self._seen(obs)
+        return (seen, *self.agent.step(seen))
 
-    def values(self, obs):
-        return self.agent.values(obs)
+    def values(self, obs: np.ndarray) -> np.ndarray:
+        return self.agent.values(self._seen(obs))
+
+    def scale_rewards(self, reward: np.ndarray, terminated: np.ndarray) -> np.ndarray:
+        return reward if self.reward_scaler is None else self.reward_scaler(reward, terminated)
+
+    def _seen(self, obs: np.ndarray) -> np.ndarray:
+        return np.asarray(obs, np.float32) if self.obs_norm is None else self.obs_norm(obs)
 
     def env_action(self, action):
         return self.agent.env_action(action)
 
     def act(self, obs: np.ndarray, explore: bool = False) -> np.ndarray:
-        return self.agent.act(obs, explore)
+        return self.agent.act(self._seen(obs), explore)
 
     def refresh(self) -> None:
         self.agent.refresh()
 
     def trackables(self) -> dict[str, Any]:
-        return self.agent.trackables()
+        extra = {"obs_norm": self.obs_norm, "reward_scaler": self.reward_scaler}
+        return {**self.agent.trackables(), **{k: v for k, v in extra.items() if v is not None}}
 
     @property
     def trace_counts(self) -> int:
