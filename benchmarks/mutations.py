@@ -59,11 +59,14 @@ TD7 = ("tests/test_td7.py", "-k", "not resumes_bit_exact")
 DDPG = ("tests/test_losses.py",)
 GA = ("tests/test_ga.py", "-k", "not resume and not export and not wandb")
 PRIORITIES = ("tests/test_fast_paths.py", "-k", "source_error or driven_from_inside")
+PPO = ("tests/test_ppo.py", "-k", "not learns")
 
 F, U, P, RP = "buffers/frames.py", "buffers/uniform.py", "buffers/prioritized.py", "agents/replay.py"
 ATR, DM, PX, AUG, MQ, DQ = "envs/atari.py", "envs/dmc.py", "envs/pixels.py", "agents/augment.py", "agents/mrq/agent.py", "agents/dqn.py"
 ST, OPT = "analysis/stats.py", "agents/optimizers.py"
 MRP, MST = "agents/mrq/replay.py", "agents/mrq/settings.py"
+PR, PL, PA, NRM, RO = "agents/ppo/returns.py", "agents/ppo/losses.py", "agents/ppo/agent.py", "networks/normalization.py", \
+    "training/rollout.py"
 LS, T3, SA, XQ, T7 = "agents/losses.py", "agents/td3.py", "agents/sac.py", "agents/crossq.py", "agents/td7.py"
 MUTATIONS = (
     Mutation("F1", "first-observation slots never given back", F, "self._free(rows[self.step[rows] == 0])", "pass", BUFFERS),
@@ -339,6 +342,32 @@ MUTATIONS = (
              "top = tf.math.top_k(fitness, k=keep).indices", "top = tf.math.top_k(-fitness, k=keep).indices", GA),
     Mutation("E4", "the policy network takes the least fit individual", "agents/ga/agent.py",
              "best = tf.argmax(fitness, output_type=tf.int32)", "best = tf.argmin(fitness, output_type=tf.int32)", GA),
+    Mutation("PP1", "GAE's sum crosses into the next episode", PR, "gamma * lam * carry[t] * last", "gamma * lam * last", PPO),
+    Mutation("PP2", "GAE bootstraps from a terminal state", PR, "rewards + gamma * keep * next_values", "rewards + gamma * next_values",
+             PPO),
+    Mutation("PP3", "the surrogate's ratio never clipped", PL, "-advantages * tf.clip_by_value(ratio, 1.0 - clip, 1.0 + clip)",
+             "-advantages * ratio", PPO),
+    Mutation("PP4", "the surrogate takes the optimistic side", PL, "tf.reduce_mean(tf.maximum(-advantages * ratio",
+             "tf.reduce_mean(tf.minimum(-advantages * ratio", PPO),
+    Mutation("PP5", "the clipped value loss takes the smaller error", PL, "tf.maximum(unclipped, tf.square(kept - returns))",
+             "tf.minimum(unclipped, tf.square(kept - returns))", PPO),
+    Mutation("PP6", "advantages normalized with the biased std", PL, "/ (n - 1.0))", "/ n)", PPO),
+    Mutation("PP7", "agent.norm_adv ignored (never normalized)", PA,
+             "adv = losses.normalized(advantages) if self.norm_adv else advantages", "adv = advantages", PPO),
+    Mutation("PP8", "the learning rate never annealed", PA, "self.lr0 * (1.0 - progress) if self.anneal_lr",
+             "self.lr0 * 1.0 if self.anneal_lr", PPO),
+    Mutation("PP9", "the Gaussian's log density without its log std", PL, "- log_std - 0.5 * LOG_2PI", "- 0.5 * LOG_2PI", PPO),
+    Mutation("PP10", "acting's log-probability without the log std", PA, "- self._log_std - 0.5 * losses.LOG_2PI",
+             "- 0.5 * losses.LOG_2PI", PPO),
+    Mutation("PP11", "reward scaling's return carried across terminations", NRM,
+             "self.returns * self.gamma * (1.0 - np.asarray(terminated, np.float64)) + reward", "self.returns * self.gamma + reward",
+             PPO),
+    Mutation("PP12", "normalized observations not clipped", NRM, "out if clip is None else np.clip(out, -clip, clip)", "out",
+             PPO),
+    Mutation("PP13", "a time limit bootstraps from the next episode's first value", RO,
+             'rollout["next_value"] = np.where(rollout["ended"], rollout["next_value"], following)',
+             'rollout["next_value"] = following', PPO),
+    Mutation("PP14", "the target KL never stops the epochs", PA, "tf.logical_and(more, kl <= self.target_kl)", "more", PPO),
 )
 
 

@@ -251,3 +251,45 @@ def test_ppo_learns_cartpole(tmp_path):
     assert max(float(r["approx_kl"]) for r in updates) > 1e-4
     assert max(float(r["clip_fraction"]) for r in updates) > 0
     assert np.mean([float(r["entropy"]) for r in updates[-20:]]) < math.log(2) - 0.05
+
+
+class Probe:
+    """A policy that always pushes left, whose value of an observation is 10 x its cart position + 1."""
+
+    def step(self, obs):
+        n = len(obs)
+        return np.asarray(obs, np.float32), np.zeros(n, np.int64), np.zeros(n, np.float32), self.values(obs)
+
+    def values(self, obs):
+        return (np.asarray(obs)[:, 0] * 10 + 1).astype(np.float32)
+
+    def env_action(self, action):
+        return action
+
+    def scale_rewards(self, reward, terminated):
+        return reward
+
+
+@pytest.mark.parametrize("bootstrap", [True, False])
+def test_a_rollouts_next_values_are_of_the_same_episode(bootstrap):
+    """CartPole cut at 3 steps (no pole falls that soon): within an episode V(s_{t+1}) is the next
+    step's value; at the cut, the value of the final observation (SB3) or nothing (CleanRL, where the
+    cut ends the return); after the rollout, the value of the envs' observations."""
+    from envs.factory import make_vector_env
+    from training.rollout import collect
+
+    envs = make_vector_env("CartPole-v1", 2, seed=0, max_episode_steps=3)
+    obs, _ = envs.reset(seed=0)
+    probe = Probe()
+    rollout, last, episodes, _ = collect(probe, envs, obs, 5, bootstrap_truncation=bootstrap)
+    envs.close()
+    assert rollout["ended"][:, 0].tolist() == [False, False, True, False, False] and not rollout["terminated"].any()
+    values = rollout["value"]
+    np.testing.assert_array_equal(rollout["next_value"][[0, 1, 3]], values[[1, 2, 4]])
+    np.testing.assert_array_equal(rollout["next_value"][4], probe.values(last))
+    cut = rollout["next_value"][2]
+    if bootstrap:  # the final observation is the one after the reset's predecessor, not the reset's own
+        assert not np.allclose(cut, values[3]) and np.all(cut != 0)
+    else:
+        np.testing.assert_array_equal(cut, 0.0)
+    assert [length for _, _, length in episodes] == [3, 3]
