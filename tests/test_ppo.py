@@ -102,6 +102,9 @@ def test_actings_log_probability_is_the_updates(discrete):
     """The log-probabilities stored in a rollout (numpy) are those the update computes (TensorFlow)
     for the same actions: the first minibatch's ratio is 1."""
     ppo = agent(discrete)
+    if not discrete:  # a log-std of its own per dimension (it starts at 0, where a missing term hides)
+        ppo.log_std.assign([0.3, -0.5])
+        ppo.refresh()
     obs = np.random.default_rng(1).normal(size=(16, 4)).astype(np.float32)
     action, log_prob, value = ppo.step(obs)
     ours, _ = ppo.distribution(tf.constant(obs), tf.constant(action.astype(np.int32 if discrete else np.float32)))
