@@ -25,6 +25,20 @@ from training.session import LoopHooks
 from training.speed import Speed
 
 
+def restore_envs(envs: gym.vector.VectorEnv, saved, state, seed: int, path: str, console: Callable[[str], None]) -> bool:
+    """The training envs mid-episode as the checkpoint holds them; False when it holds none (async
+    vectorization), and they restart from a fresh reset."""
+    if saved is None:
+        console("warning: the training envs could not be saved (async vectorization); they restart from a fresh reset.")
+        state.obs, _ = envs.reset(seed=seed + state.step)
+        return False
+    try:
+        set_env_state(envs, saved)
+    except EnvStateError as err:
+        raise CheckpointError(f"checkpoint {path} holds training envs that do not fit this run's: {err}") from err
+    return True
+
+
 class OffPolicy:
     state_type = LoopState
     stepped_records = ("train", "update")  # records cut at the resumed step (evaluations: by count)
@@ -60,14 +74,7 @@ class OffPolicy:
                 raise CheckpointError(f"checkpoint {path} holds a replay buffer that does not fit this run's: {err}") from err
         else:
             console(f"warning: {path} holds no replay buffer (checkpoint.buffer=false); resuming with an empty one.")
-        if saved["envs"] is not None:
-            try:
-                set_env_state(run.envs, saved["envs"])
-            except EnvStateError as err:
-                raise CheckpointError(f"checkpoint {path} holds training envs that do not fit this run's: {err}") from err
-        else:
-            console("warning: the training envs could not be saved (async vectorization); they restart from a fresh reset.")
-            state.obs, _ = run.envs.reset(seed=int(self.cfg.seed) + state.step)
+        if not restore_envs(run.envs, saved["envs"], state, int(self.cfg.seed), path, console):
             run.buffer.cut_episodes()  # the episodes under way end at the reset
 
     def envs_state(self):
@@ -134,14 +141,7 @@ class OnPolicy:
 
     def restore(self, state, saved, buffer_state, path, console) -> None:
         """The training envs, mid-episode, as the checkpoint holds them (a checkpoint holds no rollout)."""
-        if saved["envs"] is not None:
-            try:
-                set_env_state(self.run.envs, saved["envs"])
-            except EnvStateError as err:
-                raise CheckpointError(f"checkpoint {path} holds training envs that do not fit this run's: {err}") from err
-        else:
-            console("warning: the training envs could not be saved (async vectorization); they restart from a fresh reset.")
-            state.obs, _ = self.run.envs.reset(seed=int(self.cfg.seed) + state.step)
+        restore_envs(self.run.envs, saved["envs"], state, int(self.cfg.seed), path, console)
 
     def envs_state(self):
         return env_state(self.run.envs)
