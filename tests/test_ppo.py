@@ -296,3 +296,14 @@ def test_a_rollouts_next_values_are_of_the_same_episode(bootstrap):
     else:
         np.testing.assert_array_equal(cut, 0.0)
     assert [length for _, _, length in episodes] == [3, 3]
+
+
+def test_async_envs_that_could_not_be_saved_restart_from_a_fresh_reset_on_resume(tmp_path):
+    """Async vector envs keep their state in their worker processes, out of a checkpoint's reach: the
+    resumed run says so, resets them, and goes on."""
+    proc = train(tmp_path, "total_steps=256", "speed.vectorization=async")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = resume(tmp_path, "total_steps=512")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "they restart from a fresh reset" in proc.stdout + proc.stderr
+    assert json.loads((tmp_path / "summary.json").read_text())["steps"] == 512
