@@ -149,16 +149,14 @@ def test_every_combination_composes_and_instantiates(make_cfg, agent, network, b
             run.close()
         return
     if agent == "ppo":
-        from training.rollout import collect
+        from training.rollout import collect, update_batch
 
         try:
             obs, _ = run.envs.reset(seed=0)
             rollout, obs, _, _ = collect(run.learner, run.envs, obs, 4, bootstrap_truncation=True)
             assert run.envs.action_space.contains(run.learner.env_action(rollout["action"][0]).astype(
                 run.envs.action_space.dtype))
-            flat = {k: rollout[k].reshape(-1, *rollout[k].shape[2:]) for k in ("obs", "action", "log_prob", "value")}
-            metrics = run.learner.update({**flat, "advantages": rollout["reward"].reshape(-1),
-                                          "returns": rollout["reward"].reshape(-1)}, progress=0.0)
+            metrics = run.learner.update(update_batch(rollout, rollout["reward"], rollout["reward"]), progress=0.0)
             assert run.buffer is None and all(np.isfinite(v) for v in metrics.values())
         finally:
             run.close()

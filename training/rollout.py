@@ -108,6 +108,12 @@ def collect(learner: RolloutLearner, envs: gym.vector.VectorEnv, obs: np.ndarray
     return rollout, obs, episodes, games
 
 
+def update_batch(rollout: dict[str, np.ndarray], advantages: np.ndarray, returns: np.ndarray) -> dict[str, np.ndarray]:
+    """What one update takes: the rollout's T x N samples flattened into one batch, with their targets."""
+    flat = {k: rollout[k].reshape(-1, *rollout[k].shape[2:]) for k in ("obs", "action", "log_prob", "value")}
+    return {**flat, "advantages": advantages.reshape(-1), "returns": returns.reshape(-1)}
+
+
 def train_on_policy(learner: RolloutLearner, envs: gym.vector.VectorEnv, eval_env: gym.Env, settings: RolloutSettings,
                     logger: Logger, state: RolloutState | None = None, hooks: LoopHooks | None = None) -> dict:
     """Rollouts and their updates from `state` until `settings.total_steps`; a summary with the
@@ -127,9 +133,7 @@ def train_on_policy(learner: RolloutLearner, envs: gym.vector.VectorEnv, eval_en
         terminated = rollout["ended"] if not s.bootstrap_truncation else rollout["terminated"]
         advantages, returns = gae(rollout["reward"], rollout["value"], rollout["next_value"], terminated,
                                   rollout["ended"], s.gamma, s.gae_lambda)
-        flat = {k: rollout[k].reshape(-1, *rollout[k].shape[2:]) for k in ("obs", "action", "log_prob", "value")}
-        metrics = learner.update({**flat, "advantages": advantages.reshape(-1), "returns": returns.reshape(-1)},
-                                 progress=min(st.iteration / iterations, 1.0))
+        metrics = learner.update(update_batch(rollout, advantages, returns), progress=min(st.iteration / iterations, 1.0))
         t2 = time.perf_counter()
         start = st.step
         session.advance(s.steps * n)
