@@ -56,13 +56,14 @@ class Conv2D(keras.layers.Conv2D):
         return precision.in_dtype(super().convolution_op, inputs, kernel, dtype)
 
 
-def _scaled_input(shape: tuple[int, int, int], name: str):
+def scaled_input(shape: tuple[int, int, int], name: str) -> tuple:
     """The uint8 image input and its scaling to [0, 1]: (input, scaled)."""
     inputs = keras.Input(shape, dtype="uint8", name=f"{name}_in")
     return inputs, keras.layers.Rescaling(1.0 / 255.0, name=f"{name}_scale")(inputs)
 
 
-def _check_convs(convs) -> list[tuple[int, int, int]]:
+def check_convs(convs) -> list[tuple[int, int, int]]:
+    """`network.convs` as [filters, kernel, stride] triples, or a ValueError naming the key."""
     try:
         layers = [tuple(int(v) for v in c) for c in convs]
     except (TypeError, ValueError):
@@ -127,8 +128,8 @@ def conv_net(
     `l2`: weight decay on every kernel (`networks.mlp.weight_decay`)."""
     h, w, c = image_shape(input_shape)
     regularizer = weight_decay(l2)
-    inputs, x = _scaled_input((h, w, c), name)
-    for i, (filters, kernel, stride) in enumerate(_check_convs(convs)):
+    inputs, x = scaled_input((h, w, c), name)
+    for i, (filters, kernel, stride) in enumerate(check_convs(convs)):
         if kernel > min(h, w):
             raise ValueError(f"network.convs layer {i} ({kernel}x{kernel}) does not fit its {h}x{w} input; use "
                              f"smaller kernels for these images (MinAtar's 10x10: network.convs=[[16,3,1]])")
@@ -159,7 +160,7 @@ def impala_cnn(
     h, w, c = image_shape(input_shape)
     if not channels or any(int(ch) < 1 for ch in channels):
         raise ValueError(f"network.channels must be positive integers, one per stage, got {list(channels)}")
-    inputs, x = _scaled_input((h, w, c), name)
+    inputs, x = scaled_input((h, w, c), name)
     regularizer = weight_decay(l2)
     act = keras.layers.Activation(activation)
     for s, ch in enumerate(int(ch) for ch in channels):

@@ -23,8 +23,8 @@ def options(group):
 
 def valid_combinations():
     for agent, network, buffer, env in itertools.product(options("agent"), options("network"), options("buffer"), options("env")):
-        if agent == "ppo" or network == "ppo":  # its own networks, no replay, vectors (its CNN is to come)
-            if agent == network == "ppo" and buffer == "uniform" and env not in PIXEL_ENVS:
+        if agent == "ppo" or network == "ppo":  # its own networks (an MLP, or a CNN on images), no replay
+            if agent == network == "ppo" and buffer == "uniform":
                 yield agent, network, buffer, env
             continue
         if (agent == "mrq") != (network == "mrq"):

@@ -97,19 +97,44 @@ def agent(discrete: bool, **kw):
     return PPO(4, PPONetworks(hidden=[8, 8]), np.random.default_rng(0), **{"n_steps": 8, **space, **kw})
 
 
-@pytest.mark.parametrize("discrete", [True, False])
-def test_actings_log_probability_is_the_updates(discrete):
-    """The log-probabilities stored in a rollout (numpy) are those the update computes (TensorFlow)
-    for the same actions: the first minibatch's ratio is 1."""
-    ppo = agent(discrete)
+def image_agent(**kw):
+    return PPO((6, 6, 2), PPONetworks(convs=[[4, 3, 1]], features=8), np.random.default_rng(0), num_actions=3,
+               **{"n_steps": 8, **kw})
+
+
+def test_on_images_policy_and_value_share_one_trunk_initialized_orthogonally_with_cleanrls_gains():
+    """One convolution and one dense layer feed both heads; each kernel, flattened to (fan in, units),
+    has orthogonal columns of norm gain (sqrt 2 in the trunk, 0.01 the policy's, 1 the value's), biases 0."""
+    model = image_agent().model
+    kernels = {layer.name: layer for layer in model.layers if layer.weights}
+    assert sorted(kernels) == ["actor_out", "critic_out", "trunk_conv0", "trunk_features"]
+    for name, gain in (("trunk_conv0", math.sqrt(2)), ("trunk_features", math.sqrt(2)), ("actor_out", 0.01),
+                       ("critic_out", 1.0)):
+        w, b = (v.numpy() for v in kernels[name].weights)
+        w = w.reshape(-1, w.shape[-1])
+        np.testing.assert_allclose(w.T @ w, gain**2 * np.eye(w.shape[1]), atol=1e-5 * gain**2, err_msg=name)
+        assert not b.any(), name
+    assert model.output_shape == (None, 4)  # 3 logits, then the value
+
+
+@pytest.mark.parametrize("kind", ["discrete", "continuous", "images"])
+def test_actings_log_probability_is_the_updates(kind):
+    """The log-probabilities stored in a rollout (numpy; on images, the convolutions too) are those
+    the update computes (TensorFlow) for the same actions: the first minibatch's ratio is 1."""
+    discrete = kind != "continuous"
+    ppo = image_agent() if kind == "images" else agent(discrete)
     if not discrete:  # a log-std of its own per dimension (it starts at 0, where a missing term hides)
         ppo.log_std.assign([0.3, -0.5])
         ppo.refresh()
-    obs = np.random.default_rng(1).normal(size=(16, 4)).astype(np.float32)
+    rng = np.random.default_rng(1)
+    obs = (rng.integers(0, 256, (16, 6, 6, 2), dtype=np.uint8) if kind == "images"
+           else rng.normal(size=(16, 4)).astype(np.float32))
+    assert ppo.acting.in_numpy
     action, log_prob, value = ppo.step(obs)
-    ours, _ = ppo.distribution(tf.constant(obs), tf.constant(action.astype(np.int32 if discrete else np.float32)))
+    out = ppo.model(obs)
+    ours, _ = ppo.distribution(out[:, :-1], tf.constant(action.astype(np.int32 if discrete else np.float32)))
     np.testing.assert_allclose(ours, log_prob, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(value, ppo.critic(obs)[:, 0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(value, out[:, -1], rtol=1e-5, atol=1e-6)
     assert (not discrete) or set(np.unique(action)) <= {0, 1, 2}
 
 
@@ -124,7 +149,8 @@ def test_one_minibatchs_losses_by_hand_from_the_agents_outputs(clip_vloss, norm_
     action = rng.integers(0, 3, 6).astype(np.int32)
     old_log_prob = rng.normal(-1.1, 0.3, 6).astype(np.float32)
     adv, ret, old_v = (rng.normal(size=6).astype(np.float32) for _ in range(3))
-    logits, value = ppo.actor(obs).numpy().astype(np.float64), ppo.critic(obs).numpy()[:, 0].astype(np.float64)
+    out = ppo.model(obs).numpy().astype(np.float64)
+    logits, value = out[:, :-1], out[:, -1]
     log_p = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
     ratio = np.exp(log_p[np.arange(6), action] - old_log_prob)
     a = (adv - adv.mean()) / (adv.std(ddof=1) + 1e-8) if norm_adv else adv
@@ -171,11 +197,14 @@ def train(run_dir, *overrides):
                           capture_output=True, text=True, timeout=600)
 
 
-def test_a_run_resumed_from_its_checkpoint_ends_as_the_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("env", [[], ["env=minatar", "network.obs_norm=false", "network.convs=[[4,3,1]]",
+                                       "network.features=16"]], ids=["cartpole", "minatar"])
+def test_a_run_resumed_from_its_checkpoint_ends_as_the_uninterrupted_run(tmp_path, env):
     """The run's directory as a run stopped after its checkpoint at 256 of 768 steps leaves it,
-    resumed: the same weights (networks, Adam's moments, the in-graph generator) and evaluations."""
+    resumed: the same weights (networks, Adam's moments, the in-graph generator) and evaluations;
+    on MinAtar's images too (sampled evaluations: the numpy generator is checkpointed)."""
     whole, half = tmp_path / "whole", tmp_path / "half"
-    proc = train(whole, "total_steps=768", "checkpoint.keep=5")
+    proc = train(whole, "total_steps=768", "checkpoint.keep=5", *env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     shutil.copytree(whole, half)
     for later in ("step_0000000512", "step_0000000768"):

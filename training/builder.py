@@ -82,7 +82,7 @@ def takes_images(cfg: DictConfig) -> bool:
 
 
 # network groups that build an encoder for vectors and one for images (H, W, C) alike
-EITHER_OBSERVATION = ("agents.mrq.MRQNetworks",)
+EITHER_OBSERVATION = ("agents.mrq.MRQNetworks", "agents.ppo.PPONetworks")
 
 
 def check_network_fits(cfg: DictConfig, obs_space: gym.Space) -> None:

@@ -2,8 +2,10 @@
 surrogate, a value loss clipped around the rollout's values, an entropy bonus, one Adam (epsilon
 1e-5) over actor, critic and log-std with the global gradient norm clipped, K epochs of shuffled
 minibatches with advantages normalized per minibatch, the learning rate annealed linearly to 0,
-an optional stop at an epoch's end once the approximate KL passes `target_kl`. The whole update of
-one rollout (every epoch and minibatch) is one call; the rollout is acted in numpy (agents/acting.py)."""
+an optional stop at an epoch's end once the approximate KL passes `target_kl`. Vector observations
+or uint8 images (ppo_atari.py: a CNN trunk the policy and value share; agents/ppo/networks.py). The
+whole update of one rollout (every epoch and minibatch) is one call; the rollout is acted in numpy
+(agents/acting.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,6 +20,11 @@ from agents.ppo import losses
 from agents.ppo.networks import PPONetworks
 
 
+def split(out):
+    """The policy-value model's output (agents/ppo/networks.py) as (policy outputs, value)."""
+    return out[:, :-1], out[:, -1]
+
+
 class PPO:
     ACTION_KIND = "any"  # a Gaussian over a box, or a categorical over discrete actions
     # what the runner reads before building it (an on-policy agent); the instance's holds its settings
@@ -29,21 +36,22 @@ class PPO:
                  gae_lambda: float = 0.95, update_epochs: int = 10, num_minibatches: int = 32, clip_coef: float = 0.2,
                  clip_vloss: bool = True, norm_adv: bool = True, ent_coef: float = 0.0, vf_coef: float = 0.5,
                  max_grad_norm: float = 0.5, target_kl: float | None = None, bootstrap_truncation: bool = False,
-                 normalize_reward: bool = False):
+                 normalize_reward: bool = False, deterministic_eval: bool = True):
         if not isinstance(network, PPONetworks):
             raise ValueError("agent=ppo builds its actor and critic from network=ppo (its default), "
                              f"not {type(network).__name__}; leave the network group out of the command")
         self.obs_shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
-        if len(self.obs_shape) != 1:
-            raise ValueError(f"agent=ppo takes vector observations for now, got shape {self.obs_shape}")
+        if len(self.obs_shape) not in (1, 3):
+            raise ValueError(f"agent=ppo takes vector observations or images (H, W, C), got shape {self.obs_shape}")
         self.discrete = num_actions is not None
         self.box = None if self.discrete else ActionBox(action_low, action_high)
         self.action_dim = int(num_actions) if self.discrete else int(np.asarray(action_low).shape[0])
         for key, value in (("anneal_lr", anneal_lr), ("clip_vloss", clip_vloss), ("norm_adv", norm_adv),
-                           ("bootstrap_truncation", bootstrap_truncation), ("normalize_reward", normalize_reward)):
+                           ("bootstrap_truncation", bootstrap_truncation), ("normalize_reward", normalize_reward),
+                           ("deterministic_eval", deterministic_eval)):
             checks.flag(value, key)
         self.lr0 = checks.number(lr, "lr", "> 0 (3e-4 in CleanRL's MuJoCo PPO)", lambda x: x > 0)
-        self.anneal_lr, self.norm_adv = anneal_lr, norm_adv
+        self.anneal_lr, self.norm_adv, self.deterministic_eval = anneal_lr, norm_adv, deterministic_eval
         self.epochs = checks.integer(update_epochs, "update_epochs", "an integer >= 1 (10 in CleanRL's MuJoCo PPO)")
         self.minibatches = checks.integer(num_minibatches, "num_minibatches", "an integer >= 1 (32 in CleanRL's MuJoCo PPO)")
         self.clip = checks.number(clip_coef, "clip_coef", "> 0 (0.2 in CleanRL's MuJoCo PPO)", lambda x: x > 0)
@@ -59,15 +67,13 @@ class PPO:
             minibatches=self.minibatches, bootstrap_truncation=bootstrap_truncation, normalize_reward=normalize_reward))
         self._rng = rng
         self._tf_rng = tf.random.Generator.from_seed(tf_seed(rng))
-        obs_dim = self.obs_shape[0]
-        self.actor = network.actor(obs_dim, self.action_dim)
-        self.critic = network.critic(obs_dim)
+        self.model = network.policy_value(self.obs_shape, self.action_dim)  # obs -> [policy outputs, value]
+        self.obs_dtype = self.model.inputs[0].dtype  # float32 vectors, uint8 images
         self.log_std = tf.Variable(tf.zeros([self.action_dim]), name="log_std") if not self.discrete else None
-        self._vars = self.actor.trainable_variables + self.critic.trainable_variables + (
-            [self.log_std] if self.log_std is not None else [])
+        self._vars = self.model.trainable_variables + ([self.log_std] if self.log_std is not None else [])
         self.optimizer = Adam(learning_rate=self.lr0, epsilon=1e-5)
         self.optimizer.build(self._vars)
-        self.acting, self._value = Forward(self.actor), Forward(self.critic)
+        self.acting = Forward(self.model)
         self.refresh()
 
     # --- acting, in numpy ---------------------------------------------------------------------
@@ -75,13 +81,12 @@ class PPO:
     def refresh(self) -> None:
         """Re-read the weights acting uses (after an update or a restore)."""
         self.acting.refresh()
-        self._value.refresh()
         self._log_std = None if self.discrete else self.log_std.numpy().astype(np.float32)
 
     def step(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For a rollout: a sampled action per observation, its log-probability and V(obs). A
         continuous action is left unclipped (the loop clips what the env gets)."""
-        out = self.acting(obs).astype(np.float32)
+        out, value = split(self.acting(obs).astype(np.float32))
         if self.discrete:
             log_p = out - out.max(axis=1, keepdims=True)
             log_p -= np.log(np.exp(log_p).sum(axis=1, keepdims=True))
@@ -92,16 +97,17 @@ class PPO:
             noise = self._rng.standard_normal(out.shape).astype(np.float32)
             action = out + np.exp(self._log_std) * noise
             log_prob = np.sum(-0.5 * np.square(noise) - self._log_std - 0.5 * losses.LOG_2PI, axis=1)
-        return action, log_prob.astype(np.float32), self.values(obs)
+        return action, log_prob.astype(np.float32), value
 
     def values(self, obs: np.ndarray) -> np.ndarray:
-        return self._value(obs)[:, 0].astype(np.float32)
+        return self.acting(obs)[:, -1].astype(np.float32)
 
     def act(self, obs: np.ndarray, explore: bool = False) -> np.ndarray:
-        """Evaluation's action: the most likely one (the mean, clipped to the box)."""
-        if explore:
+        """Evaluation's action: the most likely one (the mean, clipped to the box), or with
+        `deterministic_eval=false` one sampled from the policy (the RL Zoo's evaluation on Atari)."""
+        if explore or not self.deterministic_eval:
             return self.env_action(self.step(obs)[0])
-        out = self.acting(obs)
+        out = split(self.acting(obs))[0]
         return out.argmax(axis=1) if self.discrete else np.clip(out, self.box.low_np, self.box.high_np)
 
     def env_action(self, action: np.ndarray) -> np.ndarray:
@@ -109,27 +115,26 @@ class PPO:
 
     def policy(self, obs: tf.Tensor) -> tf.Tensor:
         """What the export traces: the most likely action."""
-        out = self.actor(obs, training=False)
+        out = split(self.model(obs, training=False))[0]
         if self.discrete:
             return tf.argmax(out, axis=1, output_type=tf.int32)
         return tf.clip_by_value(out, self.box.low, self.box.high)
 
     # --- the update of one rollout -------------------------------------------------------------
 
-    def distribution(self, obs: tf.Tensor, action: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """log pi(action | obs) and the policy's entropy at obs."""
-        out = self.actor(obs, training=True)
+    def distribution(self, out: tf.Tensor, action: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """log pi(action | obs) and the policy's entropy at obs, from the policy's outputs there."""
         if self.discrete:
             return losses.categorical_log_prob(out, action), losses.categorical_entropy(out)
         return losses.gaussian_log_prob(out, self.log_std, action), losses.gaussian_entropy(self.log_std, tf.shape(out)[0])
 
     def minibatch_step(self, obs, action, old_log_prob, advantages, returns, old_values) -> tuple[tf.Tensor, ...]:
         with tf.GradientTape() as tape:
-            log_prob, entropy = self.distribution(obs, action)
+            out, value = split(self.model(obs, training=True))
+            log_prob, entropy = self.distribution(out, action)
             log_ratio = log_prob - old_log_prob
             adv = losses.normalized(advantages) if self.norm_adv else advantages
             pg_loss = losses.clipped_surrogate(log_ratio, adv, self.clip)
-            value = self.critic(obs, training=True)[:, 0]
             v_loss = losses.value_loss(value, old_values, returns, self.value_clip)
             entropy = tf.reduce_mean(entropy)
             loss = pg_loss - self.ent_coef * entropy + self.vf_coef * v_loss

@@ -24,7 +24,7 @@ class CompiledRollout:
                   else tf.TensorSpec([None, agent.action_dim], tf.float32, name="action"))
         column = lambda name: tf.TensorSpec([None], tf.float32, name=name)  # noqa: E731
         self._update = compile_fn(agent.update, [
-            tf.TensorSpec([None, *agent.obs_shape], tf.float32, name="obs"), action, column("log_prob"),
+            tf.TensorSpec([None, *agent.obs_shape], agent.obs_dtype, name="obs"), action, column("log_prob"),
             column("advantages"), column("returns"), column("value"), tf.TensorSpec([], tf.float32, name="progress"),
         ], compile)
 
@@ -32,7 +32,7 @@ class CompiledRollout:
         a = self.agent
         action = rollout["action"].astype(np.int32 if a.discrete else np.float32)
         floats = (np.asarray(rollout[k], np.float32) for k in ("log_prob", "advantages", "returns", "value"))
-        out = self._update(np.asarray(rollout["obs"], np.float32), action, *floats, np.float32(progress))
+        out = self._update(np.asarray(rollout["obs"], a.obs_dtype), action, *floats, np.float32(progress))
         a.refresh()
         return {k: float(v) for k, v in out.items()}
 
@@ -51,7 +51,7 @@ class CompiledRollout:
         return reward if self.reward_scaler is None else self.reward_scaler(reward, terminated)
 
     def _seen(self, obs: np.ndarray) -> np.ndarray:
-        return np.asarray(obs, np.float32) if self.obs_norm is None else self.obs_norm(obs)
+        return np.asarray(obs, self.agent.obs_dtype) if self.obs_norm is None else self.obs_norm(obs)
 
     def env_action(self, action):
         return self.agent.env_action(action)

@@ -1,6 +1,10 @@
-"""PPO's networks (`network=ppo`): a separate actor and critic, each an MLP whose layers are
-initialized orthogonally with zero biases, gains sqrt(2) in the hidden layers, 0.01 on the policy's
-output and 1 on the value's (CleanRL's `layer_init`; SB3's `ortho_init`)."""
+"""PPO's networks (`network=ppo`): one model from an observation to the policy's outputs (action
+means, or logits) with the value after them, as CleanRL builds them. Vector observations get a
+separate actor and critic MLP (ppo.py, ppo_continuous_action.py); images a Nature CNN trunk that
+both heads share (ppo_atari.py). Every layer is initialized orthogonally with zero biases, gain
+sqrt(2) in the hidden layers, 0.01 on the policy's output and 1 on the value's (CleanRL's
+`layer_init`; SB3's `ortho_init`). One model with one output lets acting run the trunk once a step
+in numpy (agents/acting.py) and the update once a minibatch."""
 from __future__ import annotations
 
 import math
@@ -8,38 +12,69 @@ from typing import Sequence
 
 import keras
 
+from networks.cnn import Conv2D, check_convs, image_shape, scaled_input
 from networks.mlp import Dense, check_width
 
 ACTIVATIONS = ("tanh", "relu")
+NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+HIDDEN_GAIN = math.sqrt(2.0)
 
 
-def orthogonal_mlp(input_dim: int, output_dim: int, hidden: Sequence[int], activation: str, output_gain: float,
-                   name: str) -> keras.Model:
-    inputs = keras.Input((input_dim,), name=f"{name}_obs")
-    x = inputs
+def orthogonal(gain: float) -> dict:
+    return dict(kernel_initializer=keras.initializers.Orthogonal(gain=gain), bias_initializer="zeros")
+
+
+def mlp_branch(x, output_dim: int, hidden: Sequence[int], activation: str, output_gain: float, name: str):
     for i, width in enumerate(hidden):
-        x = Dense(width, activation=activation, name=f"{name}_hidden{i}",
-                  kernel_initializer=keras.initializers.Orthogonal(gain=math.sqrt(2.0)), bias_initializer="zeros")(x)
-    out = Dense(output_dim, name=f"{name}_out", kernel_initializer=keras.initializers.Orthogonal(gain=output_gain),
-                bias_initializer="zeros")(x)
-    return keras.Model(inputs, out, name=name)
+        x = Dense(width, activation=activation, name=f"{name}_hidden{i}", **orthogonal(HIDDEN_GAIN))(x)
+    return Dense(output_dim, name=f"{name}_out", **orthogonal(output_gain))(x)
+
+
+def policy_value_mlp(obs_dim: int, outputs: int, hidden: Sequence[int], activation: str) -> keras.Model:
+    """A separate actor and critic MLP on the same observation, their outputs side by side."""
+    obs = keras.Input((obs_dim,), name="obs")
+    actor = mlp_branch(obs, outputs, hidden, activation, 0.01, "actor")
+    critic = mlp_branch(obs, 1, hidden, activation, 1.0, "critic")
+    return keras.Model(obs, keras.layers.Concatenate(name="policy_value")([actor, critic]), name="ppo")
+
+
+def policy_value_cnn(shape: tuple[int, int, int], outputs: int, convs: Sequence[Sequence[int]],
+                     features: int) -> keras.Model:
+    """The shared trunk (ReLU convolutions with valid padding, flattened, one ReLU dense layer of
+    `features`) and the policy's and value's linear heads on it, their outputs side by side."""
+    h, w, _ = shape
+    image, x = scaled_input(shape, "trunk")
+    for i, (filters, kernel, stride) in enumerate(check_convs(convs)):
+        if kernel > min(h, w):
+            raise ValueError(f"network.convs layer {i} ({kernel}x{kernel}) does not fit its {h}x{w} input; use "
+                             f"smaller kernels for these images (MinAtar's 10x10: network.convs=[[16,3,1]])")
+        x = Conv2D(filters, kernel, stride, activation="relu", name=f"trunk_conv{i}", **orthogonal(HIDDEN_GAIN))(x)
+        h, w = (h - kernel) // stride + 1, (w - kernel) // stride + 1
+    x = keras.layers.Flatten(name="trunk_flat")(x)
+    x = Dense(features, activation="relu", name="trunk_features", **orthogonal(HIDDEN_GAIN))(x)
+    actor = Dense(outputs, name="actor_out", **orthogonal(0.01))(x)
+    critic = Dense(1, name="critic_out", **orthogonal(1.0))(x)
+    return keras.Model(image, keras.layers.Concatenate(name="policy_value")([actor, critic]), name="ppo")
 
 
 class PPONetworks:
-    """The builders of PPO's actor (observation -> action mean, or logits) and critic (observation
-    -> value), with the same hidden layers."""
+    """The builder of PPO's policy-value model: for vectors, actor and critic MLPs of `hidden` with
+    `activation`; for images (H, W, C), the trunk of `convs` and `features` shared by both heads."""
 
-    def __init__(self, hidden: Sequence[int] = (64, 64), activation: str = "tanh"):
+    def __init__(self, hidden: Sequence[int] = (64, 64), activation: str = "tanh",
+                 convs: Sequence[Sequence[int]] = NATURE_CONVS, features: int = 512):
         self.hidden = [check_width(w, "hidden", "64 in CleanRL and SB3") for w in hidden]
         if activation not in ACTIVATIONS:
             raise ValueError(f"network.activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
         self.activation = activation
+        self.convs = check_convs(convs)
+        self.features = check_width(features, "features", "512 in CleanRL's Atari PPO")
 
-    def actor(self, obs_dim: int, outputs: int) -> keras.Model:
-        return orthogonal_mlp(obs_dim, outputs, self.hidden, self.activation, 0.01, "actor")
-
-    def critic(self, obs_dim: int) -> keras.Model:
-        return orthogonal_mlp(obs_dim, 1, self.hidden, self.activation, 1.0, "critic")
+    def policy_value(self, obs_shape: Sequence[int], outputs: int) -> keras.Model:
+        """obs -> [policy outputs (`outputs` of them), value]."""
+        if len(obs_shape) == 1:
+            return policy_value_mlp(int(obs_shape[0]), outputs, self.hidden, self.activation)
+        return policy_value_cnn(image_shape(obs_shape), outputs, self.convs, self.features)
 
     def __call__(self, *args, name: str = "network", **kwargs):
         raise ValueError(f"network=ppo builds PPO's actor and critic (agent=ppo), not a network by input and output "
