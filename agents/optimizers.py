@@ -1,5 +1,5 @@
 """Adam and AdamW as every reference implementation trains with them (PyTorch's), and in one kernel
-where that is faster."""
+where that is faster; RMSprop as PyTorch's (SB3's A2C)."""
 from __future__ import annotations
 
 import keras
@@ -51,6 +51,21 @@ class Adam(_OneKernelAdam, keras.optimizers.Adam):
 
 class AdamW(_OneKernelAdam, keras.optimizers.AdamW):
     """Keras' decoupled weight decay (one pass over the variable before the step), then Adam's step."""
+
+
+class RMSprop(keras.optimizers.RMSprop):
+    """RMSprop's step by PyTorch's formula (torch.optim.RMSprop, which SB3's A2C trains with):
+    v = rho v + (1 - rho) g^2, w -= lr g / (sqrt(v) + epsilon); Keras adds epsilon inside the square
+    root. Without momentum or centering, which SB3's A2C leaves off."""
+
+    def update_step(self, gradient, variable, learning_rate):
+        if self.momentum > 0 or self.centered:
+            return super().update_step(gradient, variable, learning_rate)
+        lr, gradient = keras.ops.cast(learning_rate, variable.dtype), keras.ops.cast(gradient, variable.dtype)
+        v = self._velocities[self._get_variable_index(variable)]
+        self.assign(v, keras.ops.add(keras.ops.multiply(self.rho, v), keras.ops.multiply(1 - self.rho, keras.ops.square(gradient))))
+        self.assign_sub(variable, keras.ops.divide(keras.ops.multiply(lr, gradient),
+                                                   keras.ops.add(keras.ops.sqrt(v), self.epsilon)))
 
 
 def adam(learning_rate: float, beta_1: float = 0.9) -> Adam:

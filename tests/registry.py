@@ -36,6 +36,7 @@ class AgentEntry:
     fused: tuple[str, ...] = ("graph",)  # modes in which K updates in one call equal K calls
     xla_settings: dict = dataclasses.field(default_factory=dict)  # what makes XLA comparable with graph mode
     speeds: tuple[str, ...] = ("plain", "shards_bf16")  # the speed settings its update is built with on a GPU
+    rollouts: bool = False  # learns from its own rollouts (training/rollout.py) with network=ppo, not from replay
 
     @property
     def updates(self) -> bool:
@@ -168,7 +169,12 @@ AGENTS: dict[str, AgentEntry] = {e.name: e for e in [
     AgentEntry("ppo", _ppo, None,
                {"ppo": ["agent=ppo", "env=cartpole", "total_steps=512", "num_envs=2", "agent.n_steps=64",
                         "agent.num_minibatches=4", "agent.update_epochs=2", "eval_every=512", "network.hidden=[32,32]"]},
-               discrete=True),
+               discrete=True, rollouts=True),
+    # A2C is PPO's code with conf/agent/a2c.yaml's settings; its golden run: 64 updates of 4 steps x 2 envs
+    AgentEntry("a2c", _ppo, None,
+               {"a2c": ["agent=a2c", "env=cartpole", "total_steps=512", "num_envs=2", "agent.n_steps=4",
+                        "eval_every=512", "network.hidden=[32,32]"]},
+               discrete=True, rollouts=True),
     AgentEntry("ga", _ga, None,
                {"ga": ["agent=ga", "env=cartpole", "agent.population=8", "network.hidden=[8]", "total_steps=1500",
                        "eval_every=1500"]},

@@ -23,8 +23,8 @@ def options(group):
 
 def valid_combinations():
     for agent, network, buffer, env in itertools.product(options("agent"), options("network"), options("buffer"), options("env")):
-        if agent == "ppo" or network == "ppo":  # its own networks (an MLP, or a CNN on images), no replay
-            if agent == network == "ppo" and buffer == "uniform":
+        if AGENTS[agent].rollouts or network == "ppo":  # PPO's networks (an MLP, or a CNN on images), no replay
+            if AGENTS[agent].rollouts and network == "ppo" and buffer == "uniform":
                 yield agent, network, buffer, env
             continue
         if (agent == "mrq") != (network == "mrq"):
@@ -128,7 +128,7 @@ def test_every_combination_composes_and_instantiates(make_cfg, agent, network, b
     # would be most of such a run's; its XLA update runs in test_agents' fused check and test_crossq's resume
     compile = "graph" if (agent, network, buffer, env) in GRAPH else "eager"
     extra = {"ga": ["agent.population=3"], "crossq": [f"speed.compile={compile}"],
-             "ppo": ["agent.n_steps=4", "agent.num_minibatches=2", "agent.update_epochs=2"],
+             "ppo": ["agent.n_steps=4", "agent.num_minibatches=2", "agent.update_epochs=2"], "a2c": ["agent.n_steps=4"],
              "mrq": ["agent.enc_horizon=2", *(f"network.{k}=16" for k in ("zs_dim", "za_dim", "zsa_dim", "encoder_hidden",
                                                                              "value_hidden", "policy_hidden"))]}.get(agent, [])
     cfg = make_cfg(f"agent={agent}", f"network={network}", f"buffer={buffer}", f"env={env}", "buffer.capacity=1000",
@@ -148,7 +148,7 @@ def test_every_combination_composes_and_instantiates(make_cfg, agent, network, b
         finally:
             run.close()
         return
-    if agent == "ppo":
+    if AGENTS[agent].rollouts:
         from training.rollout import collect, update_batch
 
         try:

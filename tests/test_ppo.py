@@ -179,6 +179,66 @@ def test_the_learning_rate_falls_linearly_with_the_runs_progress_unless_constant
     assert float(flat.update(*rollout_of(flat), tf.constant(0.25))["learning_rate"]) == pytest.approx(1e-3)
 
 
+def test_rmsprop_steps_by_pytorchs_formula():
+    """w -= lr g / (sqrt(v) + eps) with v = 0.99 v + 0.01 g^2 (torch.optim.RMSprop, SB3's A2C), three
+    steps in float64; the first with gradients near epsilon, where Keras' sqrt(v + eps) moves the
+    weights 300x less."""
+    from agents.optimizers import RMSprop
+
+    lr, eps = 1e-2, 1e-5
+    rng = np.random.default_rng(4)
+    w0 = rng.normal(size=6)
+    variable = tf.Variable(w0.astype(np.float32))
+    opt = RMSprop(learning_rate=lr, rho=0.99, epsilon=eps)
+    w, v = w0.copy(), np.zeros(6)
+    for scale in (1e-6, 1.0, 0.1):
+        g = rng.normal(size=6) * scale
+        opt.apply_gradients([(tf.constant(g, tf.float32), variable)])
+        v = 0.99 * v + 0.01 * g**2
+        w = w - lr * g / (np.sqrt(v) + eps)
+        np.testing.assert_allclose(variable.numpy() - w0, w - w0, rtol=1e-4, atol=1e-7)
+
+
+def a2c_settings(**kw) -> dict:
+    """conf/agent/a2c.yaml's agent settings."""
+    from omegaconf import OmegaConf
+
+    settings = OmegaConf.to_container(OmegaConf.load(f"{ROOT}/conf/agent/a2c.yaml").agent)
+    settings.pop("_target_")
+    return {**settings, **kw}
+
+
+def test_a2c_is_one_rmsprop_step_down_the_a2c_loss():
+    """agent=a2c's settings: a rollout's update is one step of PyTorch's RMSprop down
+    -mean(A log pi(a|s)) - ent_coef mean(H) + vf_coef 0.5 mean((V - R)^2), its gradient clipped at a
+    global norm of 0.5, the advantages neither normalized nor clipped: the weights by hand (float64)
+    from the gradient of that loss, written here."""
+    ppo = agent(True, **a2c_settings(ent_coef=0.01))
+    rng = np.random.default_rng(5)
+    obs = rng.normal(size=(10, 4)).astype(np.float32)
+    action, log_prob, value = ppo.step(obs)
+    adv = rng.normal(1.0, 2.0, 10).astype(np.float32)  # a mean far from 0: normalizing would show
+    ret = (value + rng.normal(size=10)).astype(np.float32)
+    variables = ppo.model.trainable_variables
+    before = [v.numpy().astype(np.float64) for v in variables]
+    with tf.GradientTape() as tape:
+        out = ppo.model(obs)
+        log_p = tf.nn.log_softmax(out[:, :-1])
+        taken = tf.gather(log_p, action.astype(np.int32), batch_dims=1)
+        entropy = -tf.reduce_sum(tf.exp(log_p) * log_p, axis=1)
+        loss = (-tf.reduce_mean(adv * taken) - 0.01 * tf.reduce_mean(entropy)
+                + 1.0 * 0.5 * tf.reduce_mean(tf.square(out[:, -1] - ret)))
+    grads = [g.numpy().astype(np.float64) for g in tape.gradient(loss, variables)]
+    norm = np.sqrt(sum(np.sum(g**2) for g in grads))
+    grads = [g * min(1.0, 0.5 / norm) for g in grads]
+    lr, eps = ppo.lr0, 1e-5
+    expected = [w - lr * g / (np.sqrt(0.01 * g**2) + eps) for w, g in zip(before, grads)]
+    out = ppo.update(*(tf.constant(x) for x in (obs, action.astype(np.int32), log_prob, adv, ret, value)), tf.constant(0.5))
+    assert int(out["epochs"]) == 1 and float(out["learning_rate"]) == pytest.approx(7e-4)  # constant
+    for got, want, w in zip(variables, expected, before):
+        np.testing.assert_allclose(got.numpy() - w, want - w, rtol=1e-3, atol=1e-7)
+
+
 def test_a_target_kl_stops_the_epochs_at_the_first_that_passes_it():
     tight = agent(True, num_minibatches=2, update_epochs=5, target_kl=1e-12, lr=1e-2)
     assert int(tight.update(*rollout_of(tight), tf.constant(0.0))["epochs"]) == 1

@@ -5,7 +5,11 @@ minibatches with advantages normalized per minibatch, the learning rate annealed
 an optional stop at an epoch's end once the approximate KL passes `target_kl`. Vector observations
 or uint8 images (ppo_atari.py: a CNN trunk the policy and value share; agents/ppo/networks.py). The
 whole update of one rollout (every epoch and minibatch) is one call; the rollout is acted in numpy
-(agents/acting.py)."""
+(agents/acting.py).
+
+A2C (Mnih et al. 2016, as SB3 builds it) is this code with one epoch of one minibatch, where the
+ratio is 1 and the clipped surrogate's gradient is A2C's -A grad log pi, RMSprop, and no value
+clipping, advantage normalization or annealing (conf/agent/a2c.yaml)."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,9 +19,13 @@ from agents import checks
 from agents.acting import Forward
 from agents.base import ActionBox, tf_seed, tracked
 from agents.needs import Needs, Rollout
-from agents.optimizers import Adam
+from agents.optimizers import Adam, RMSprop
 from agents.ppo import losses
 from agents.ppo.networks import PPONetworks
+
+
+# PyTorch's formulas (agents/optimizers.py); RMSprop with torch's default decay 0.99, as SB3's A2C
+OPTIMIZERS = {"adam": Adam, "rmsprop": lambda **kw: RMSprop(rho=0.99, **kw)}
 
 
 def split(out):
@@ -36,7 +44,8 @@ class PPO:
                  gae_lambda: float = 0.95, update_epochs: int = 10, num_minibatches: int = 32, clip_coef: float = 0.2,
                  clip_vloss: bool = True, norm_adv: bool = True, ent_coef: float = 0.0, vf_coef: float = 0.5,
                  max_grad_norm: float = 0.5, target_kl: float | None = None, bootstrap_truncation: bool = False,
-                 normalize_reward: bool = False, deterministic_eval: bool = True):
+                 normalize_reward: bool = False, deterministic_eval: bool = True, optimizer: str = "adam",
+                 optimizer_eps: float = 1e-5):
         if not isinstance(network, PPONetworks):
             raise ValueError("agent=ppo builds its actor and critic from network=ppo (its default), "
                              f"not {type(network).__name__}; leave the network group out of the command")
@@ -71,7 +80,11 @@ class PPO:
         self.obs_dtype = self.model.inputs[0].dtype  # float32 vectors, uint8 images
         self.log_std = tf.Variable(tf.zeros([self.action_dim]), name="log_std") if not self.discrete else None
         self._vars = self.model.trainable_variables + ([self.log_std] if self.log_std is not None else [])
-        self.optimizer = Adam(learning_rate=self.lr0, epsilon=1e-5)
+        eps = checks.number(optimizer_eps, "optimizer_eps", "> 0 (1e-5 in CleanRL's PPO and SB3's A2C)", lambda x: x > 0)
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"agent.optimizer must be one of {', '.join(OPTIMIZERS)} (adam: PPO's; rmsprop: SB3's A2C), "
+                             f"got {optimizer!r}")
+        self.optimizer = OPTIMIZERS[optimizer](learning_rate=self.lr0, epsilon=eps)
         self.optimizer.build(self._vars)
         self.acting = Forward(self.model)
         self.refresh()
