@@ -32,6 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LEARNING = os.path.join(ROOT, "labs")  # labs/<study>/: its aggregate; labs/<study>/runs/: its kept runs
 SB3_PYTHON = os.path.join(ROOT, "benchmarks", ".venv-sb3", "bin", "python")
 RECORD = ("eval.csv", "summary.json")  # with .hydra/: what analysis/runs.py reads of a run
+TRAINING = "train.csv"  # kept too where the run wrote it: the training episodes' returns (CleanRL reports those)
 DIVERGED = 3  # train.py's exit code for a run stopped on a non-finite loss: its summary is a result
 
 ONE_THREAD = {"tfrl": ["speed.threads.inter_op=1", "speed.threads.intra_op=1", "speed.batch_shards=1"],
@@ -105,6 +106,16 @@ STUDIES: dict[str, tuple[str, list[Run]]] = {
                ["total_steps=50000"])
         + grid(["tfrl"], "mrq", [DMC_TASKS[0]], range(3), ["total_steps=50000"])
         + grid(["author"], "mrq", [DMC_TASKS[1]], range(3), ["total_steps=50000"])),
+    "ppo_cleanrl": (
+        "PPO (tfrl) with CleanRL's recipes beside CleanRL's published 3 seeds (docs/benchmark/ppo_continuous_action.md "
+        "and ppo.md, tag pr-424): HalfCheetah-v4, Hopper-v4 and Walker2d-v4 at 1M steps (1442.6 +- 46.0, 2382.9 +- "
+        "271.7, 2288.0 +- 571.8) and CartPole-v1 at 500k (490.0 +- 6.1); CleanRL's figures are training episodes' "
+        "returns, logged here as train.csv's episode_return beside the evaluations",
+        by_seed(grid(["tfrl"], "ppo", [(f"{name.lower()}_v4", [f"env={name.lower()}", f"env.id={name}-v4"])
+                                      for name in ("HalfCheetah", "Hopper", "Walker2d")], range(3),
+                     ["total_steps=1000000", "eval_every=100000"])
+                + grid(["tfrl"], "ppo", [("cartpole", ["env=cartpole"])], range(3),
+                       ["total_steps=500000", "eval_every=50000"]))),
 }
 
 
@@ -145,6 +156,8 @@ def keep(run_dir: str, dest: str) -> None:
     shutil.copytree(os.path.join(run_dir, ".hydra"), os.path.join(tmp, ".hydra"))
     for record in RECORD:
         shutil.copy2(os.path.join(run_dir, record), tmp)
+    if os.path.exists(os.path.join(run_dir, TRAINING)):
+        shutil.copy2(os.path.join(run_dir, TRAINING), tmp)
     if os.path.exists(dest):
         os.replace(dest, old)
     os.replace(tmp, dest)
