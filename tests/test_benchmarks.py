@@ -383,7 +383,7 @@ def test_a_study_keeps_a_completed_run_whole_and_aggregate_reads_the_kept_copy(t
     kept.parent.mkdir(parents=True)
     for _ in range(2):  # the second time over the first copy
         studies.keep(str(run_dir), str(kept))
-    assert sorted(os.listdir(kept)) == [".hydra", "eval.csv", "summary.json"]
+    assert sorted(os.listdir(kept)) == [".hydra", "eval.csv", "summary.json", "train.csv"]
     assert os.listdir(kept.parent) == [run.name]  # no temp dirs left beside it
     record = load_run(str(kept))
     assert record.final_step == 300 and record.steps.tolist() == [0, 150, 300]
