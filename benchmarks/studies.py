@@ -1,6 +1,6 @@
 """The learning comparisons that take many CPU-hours, declared as studies:
 each study is a list of runs (tfrl's train.py or Stable-Baselines3's sb3_learning.py, one command
-each; or the MR.Q author's code through mrq_reference.py), run one after another. When a run completes, its record (`.hydra/`, `eval.csv` and
+each; or the MR.Q author's code through mrq_reference.py), run one after another. When a run completes, its record (`.hydra/`, `eval.csv`, `train.csv` and
 `summary.json`: what aggregate.py reads, a few KB) is kept in
 `labs/<study>/runs/<run>/`, so a study can be finished over several sittings on
 several machines and its table and plots rebuilt from the repo alone.
