@@ -18,7 +18,8 @@ from networks.numpy_forward import forward_fn
 
 
 class Forward:
-    """`forward(obs)`: the network's outputs for a batch of observations, as numpy."""
+    """`forward(obs)`: the network's outputs for a batch of observations, as numpy (a tuple of
+    arrays for a model of several outputs)."""
 
     def __init__(self, network: keras.Model, numpy: bool = True):
         self.network = network
@@ -45,7 +46,8 @@ class Forward:
         obs = np.asarray(obs, dtype=self._np_dtype)
         if self._np_forward is not None:
             return self._np_forward(self._weights, obs)
-        return self._tf_call(obs).numpy()
+        out = self._tf_call(obs)
+        return out.numpy() if isinstance(out, tf.Tensor) else tuple(o.numpy() for o in out)  # a model of several outputs
 
     def refresh(self) -> None:
         """Re-read the network's weights (after a restore, or weights changed outside an update)."""

@@ -149,16 +149,17 @@ def _inline(model: keras.Model, input_slots: list[int], base: int, program: list
     return None if -1 in outs else outs
 
 
-def parse_program(model: keras.Model) -> tuple[list[Step], int] | None:
-    """A functional model of one input and one output as a program of steps (`_kind`) and the slot
-    of its output (slot 0 is the input, slot k + 1 step k's value). None if it has any other
-    layer. The numpy forward pass (`graph_forward_fn`) and the population's batched one
-    (`networks.population`) both run this program."""
-    if len(model.inputs) != 1 or len(model.outputs) != 1:
+def parse_program(model: keras.Model, outputs: int = 1) -> tuple[list[Step], int | list[int]] | None:
+    """A functional model of one input and `outputs` outputs as a program of steps (`_kind`) and
+    the slot of its output, or with several the list of their slots (slot 0 is the input, slot
+    k + 1 step k's value). None if it has any other layer or another number of outputs. The numpy
+    forward pass (`graph_forward_fn`) and the population's batched one (`networks.population`)
+    both run this program."""
+    if len(model.inputs) != 1 or len(model.outputs) != outputs:
         return None
     program: list[Step] = []
     outs = _inline(model, [0], 0, program)
-    return None if outs is None else (program, outs[0])
+    return None if outs is None else (program, outs[0] if outputs == 1 else outs)
 
 
 def avg_l1_norm(x: np.ndarray, epsilon: float) -> np.ndarray:
@@ -167,8 +168,9 @@ def avg_l1_norm(x: np.ndarray, epsilon: float) -> np.ndarray:
 
 def graph_forward_fn(model: keras.Model) -> Callable[[list[np.ndarray], np.ndarray], np.ndarray] | None:
     """A numpy function `f(weights, x)` equal to `model(x)` (up to float rounding) for a model
-    `parse_program` reads: SimBa's residual networks, CrossQ's, TD7's policy. None otherwise."""
-    parsed = parse_program(model)
+    `parse_program` reads: SimBa's residual networks, CrossQ's, TD7's policy, PPO's policy and value
+    (two outputs: a tuple of them). None otherwise."""
+    parsed = parse_program(model, len(model.outputs))
     if parsed is None:
         return None
     steps, output = parsed
@@ -201,13 +203,15 @@ def graph_forward_fn(model: keras.Model) -> Callable[[list[np.ndarray], np.ndarr
             ops.append(lambda w, v, a: v + a - a.mean(axis=-1, keepdims=True))
         else:  # concat
             ops.append(lambda w, *xs: np.concatenate(xs, axis=-1))
-    program = [(op, step.inputs) for op, step in zip(ops, steps)]
+    # a step reading one value (most of them) takes its slot as an int: no tuple unpacking per step
+    program = [(op, step.inputs[0] if len(step.inputs) == 1 else step.inputs) for op, step in zip(ops, steps)]
 
     def forward(weights: list[np.ndarray], x: np.ndarray) -> np.ndarray:
         values = [x]
-        for op, in_slots in program:
-            values.append(op(weights, *(values[j] for j in in_slots)))
-        return values[output]
+        append = values.append
+        for op, slots in program:
+            append(op(weights, values[slots]) if type(slots) is int else op(weights, *[values[j] for j in slots]))
+        return values[output] if type(output) is int else tuple(values[j] for j in output)
 
     return forward
 
@@ -215,6 +219,8 @@ def graph_forward_fn(model: keras.Model) -> Callable[[list[np.ndarray], np.ndarr
 def dense_forward_fn(model: keras.Model) -> Callable[[list[np.ndarray], np.ndarray], np.ndarray] | None:
     """A numpy function `f(weights, x)` equal to `model(x)` for `weights = model.weights` in order,
     or None when the model is not a plain stack of Dense layers with supported activations."""
+    if len(model.inputs) != 1 or len(model.outputs) != 1:
+        return None
     activations = []
     for layer in model.layers:
         if isinstance(layer, keras.layers.InputLayer):

@@ -114,7 +114,7 @@ def test_on_images_policy_and_value_share_one_trunk_initialized_orthogonally_wit
         w = w.reshape(-1, w.shape[-1])
         np.testing.assert_allclose(w.T @ w, gain**2 * np.eye(w.shape[1]), atol=1e-5 * gain**2, err_msg=name)
         assert not b.any(), name
-    assert model.output_shape == (None, 4)  # 3 logits, then the value
+    assert model.output_shape == [(None, 3), (None, 1)]  # the logits, the value
 
 
 @pytest.mark.parametrize("kind", ["discrete", "continuous", "images"])
@@ -131,10 +131,10 @@ def test_actings_log_probability_is_the_updates(kind):
            else rng.normal(size=(16, 4)).astype(np.float32))
     assert ppo.acting.in_numpy
     action, log_prob, value = ppo.step(obs)
-    out = ppo.model(obs)
-    ours, _ = ppo.distribution(out[:, :-1], tf.constant(action.astype(np.int32 if discrete else np.float32)))
+    out, values = ppo.model(obs)
+    ours, _ = ppo.distribution(out, tf.constant(action.astype(np.int32 if discrete else np.float32)))
     np.testing.assert_allclose(ours, log_prob, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(value, out[:, -1], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(value, values[:, 0], rtol=1e-5, atol=1e-6)
     assert (not discrete) or set(np.unique(action)) <= {0, 1, 2}
 
 
@@ -149,8 +149,8 @@ def test_one_minibatchs_losses_by_hand_from_the_agents_outputs(clip_vloss, norm_
     action = rng.integers(0, 3, 6).astype(np.int32)
     old_log_prob = rng.normal(-1.1, 0.3, 6).astype(np.float32)
     adv, ret, old_v = (rng.normal(size=6).astype(np.float32) for _ in range(3))
-    out = ppo.model(obs).numpy().astype(np.float64)
-    logits, value = out[:, :-1], out[:, -1]
+    logits, value = (x.numpy().astype(np.float64) for x in ppo.model(obs))
+    value = value[:, 0]
     log_p = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
     ratio = np.exp(log_p[np.arange(6), action] - old_log_prob)
     a = (adv - adv.mean()) / (adv.std(ddof=1) + 1e-8) if norm_adv else adv
@@ -222,12 +222,12 @@ def test_a2c_is_one_rmsprop_step_down_the_a2c_loss():
     variables = ppo.model.trainable_variables
     before = [v.numpy().astype(np.float64) for v in variables]
     with tf.GradientTape() as tape:
-        out = ppo.model(obs)
-        log_p = tf.nn.log_softmax(out[:, :-1])
+        logits, values = ppo.model(obs)
+        log_p = tf.nn.log_softmax(logits)
         taken = tf.gather(log_p, action.astype(np.int32), batch_dims=1)
         entropy = -tf.reduce_sum(tf.exp(log_p) * log_p, axis=1)
         loss = (-tf.reduce_mean(adv * taken) - 0.01 * tf.reduce_mean(entropy)
-                + 1.0 * 0.5 * tf.reduce_mean(tf.square(out[:, -1] - ret)))
+                + 1.0 * 0.5 * tf.reduce_mean(tf.square(values[:, 0] - ret)))
     grads = [g.numpy().astype(np.float64) for g in tape.gradient(loss, variables)]
     norm = np.sqrt(sum(np.sum(g**2) for g in grads))
     grads = [g * min(1.0, 0.5 / norm) for g in grads]

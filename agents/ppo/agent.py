@@ -29,8 +29,8 @@ OPTIMIZERS = {"adam": Adam, "rmsprop": lambda **kw: RMSprop(rho=0.99, **kw)}
 
 
 def split(out):
-    """The policy-value model's output (agents/ppo/networks.py) as (policy outputs, value)."""
-    return out[:, :-1], out[:, -1]
+    """The policy-value model's outputs (agents/ppo/networks.py) as (policy outputs, value)."""
+    return out[0], out[1][:, 0]
 
 
 class PPO:
@@ -99,7 +99,7 @@ class PPO:
     def step(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For a rollout: a sampled action per observation, its log-probability and V(obs). A
         continuous action is left unclipped (the loop clips what the env gets)."""
-        out, value = split(self.acting(obs).astype(np.float32))
+        out, value = split(self.acting(obs))
         if self.discrete:
             log_p = out - out.max(axis=1, keepdims=True)
             log_p -= np.log(np.exp(log_p).sum(axis=1, keepdims=True))
@@ -113,7 +113,7 @@ class PPO:
         return action, log_prob.astype(np.float32), value
 
     def values(self, obs: np.ndarray) -> np.ndarray:
-        return self.acting(obs)[:, -1].astype(np.float32)
+        return split(self.acting(obs))[1]
 
     def act(self, obs: np.ndarray, explore: bool = False) -> np.ndarray:
         """Evaluation's action: the most likely one (the mean, clipped to the box), or with

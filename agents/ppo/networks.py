@@ -3,8 +3,8 @@ means, or logits) with the value after them, as CleanRL builds them. Vector obse
 separate actor and critic MLP (ppo.py, ppo_continuous_action.py); images a Nature CNN trunk that
 both heads share (ppo_atari.py). Every layer is initialized orthogonally with zero biases, gain
 sqrt(2) in the hidden layers, 0.01 on the policy's output and 1 on the value's (CleanRL's
-`layer_init`; SB3's `ortho_init`). One model with one output lets acting run the trunk once a step
-in numpy (agents/acting.py) and the update once a minibatch."""
+`layer_init`; SB3's `ortho_init`). One model of both lets acting run the trunk once a step in numpy
+(agents/acting.py) and the update once a minibatch."""
 from __future__ import annotations
 
 import math
@@ -31,17 +31,17 @@ def mlp_branch(x, output_dim: int, hidden: Sequence[int], activation: str, outpu
 
 
 def policy_value_mlp(obs_dim: int, outputs: int, hidden: Sequence[int], activation: str) -> keras.Model:
-    """A separate actor and critic MLP on the same observation, their outputs side by side."""
+    """A separate actor and critic MLP on the same observation."""
     obs = keras.Input((obs_dim,), name="obs")
     actor = mlp_branch(obs, outputs, hidden, activation, 0.01, "actor")
     critic = mlp_branch(obs, 1, hidden, activation, 1.0, "critic")
-    return keras.Model(obs, keras.layers.Concatenate(name="policy_value")([actor, critic]), name="ppo")
+    return keras.Model(obs, [actor, critic], name="ppo")
 
 
 def policy_value_cnn(shape: tuple[int, int, int], outputs: int, convs: Sequence[Sequence[int]],
                      features: int) -> keras.Model:
     """The shared trunk (ReLU convolutions with valid padding, flattened, one ReLU dense layer of
-    `features`) and the policy's and value's linear heads on it, their outputs side by side."""
+    `features`) and the policy's and value's linear heads on it."""
     h, w, _ = shape
     image, x = scaled_input(shape, "trunk")
     for i, (filters, kernel, stride) in enumerate(check_convs(convs)):
@@ -54,7 +54,7 @@ def policy_value_cnn(shape: tuple[int, int, int], outputs: int, convs: Sequence[
     x = Dense(features, activation="relu", name="trunk_features", **orthogonal(HIDDEN_GAIN))(x)
     actor = Dense(outputs, name="actor_out", **orthogonal(0.01))(x)
     critic = Dense(1, name="critic_out", **orthogonal(1.0))(x)
-    return keras.Model(image, keras.layers.Concatenate(name="policy_value")([actor, critic]), name="ppo")
+    return keras.Model(image, [actor, critic], name="ppo")
 
 
 class PPONetworks:
@@ -71,7 +71,7 @@ class PPONetworks:
         self.features = check_width(features, "features", "512 in CleanRL's Atari PPO")
 
     def policy_value(self, obs_shape: Sequence[int], outputs: int) -> keras.Model:
-        """obs -> [policy outputs (`outputs` of them), value]."""
+        """obs -> [policy outputs (B, `outputs`), value (B, 1)]."""
         if len(obs_shape) == 1:
             return policy_value_mlp(int(obs_shape[0]), outputs, self.hidden, self.activation)
         return policy_value_cnn(image_shape(obs_shape), outputs, self.convs, self.features)
