@@ -3,6 +3,7 @@
     python evaluate.py run_dir=outputs/2026-11-21/12-00-00 episodes=20 checkpoint=best
     python evaluate.py run_dir=... video=true        # mp4s in <run_dir>/eval/
     python evaluate.py run_dir=... export=true       # TF SavedModel in <run_dir>/export/
+    python evaluate.py run_dir=... export=onnx       # and an ONNX model beside it (uv sync --extra onnx)
     python evaluate.py run_dir=... out_dir=$HOME/evals/run1   # a run dir you cannot write: results go there
 
 Rebuilds the run from its saved .hydra/config.yaml, restores the checkpoint, runs deterministic
@@ -31,6 +32,7 @@ from training.config import ConfigError
 @hydra.main(version_base="1.3", config_path=os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf"),
             config_name="evaluate")
 def main(cfg: DictConfig) -> None:
+    from agents.export import ExportError
     from envs.video import VideoError
     from training.checkpoints import CheckpointError
     from training.evaluate_run import evaluate_run
@@ -43,13 +45,13 @@ def main(cfg: DictConfig) -> None:
             if not isinstance(cfg[key], int) or isinstance(cfg[key], bool) or (key != "seed" and cfg[key] < 1):
                 raise ConfigError(f"{key} must be {'an' if key == 'seed' else 'a positive'} integer, got {cfg[key]!r}; "
                                   f"set e.g. {key}={0 if key == 'seed' else 10}.")
-        for key in ("video", "export"):
-            if not isinstance(cfg[key], bool):
-                raise ConfigError(f"{key} must be true or false, got {cfg[key]!r}; set {key}=true or leave it out.")
+        if not isinstance(cfg.video, bool):
+            raise ConfigError(f"video must be true or false, got {cfg.video!r}; set video=true or leave it out.")
+        export = export_format(cfg.export)
         out_dir = None if cfg.out_dir is None else os.path.abspath(os.path.expanduser(str(cfg.out_dir)))
         r = evaluate_run(os.path.abspath(str(cfg.run_dir)), str(cfg.checkpoint), int(cfg.episodes),
-                         int(cfg.seed), bool(cfg.video), int(cfg.video_episodes), bool(cfg.export), out_dir)
-    except (ConfigError, EnvConfigError, CheckpointError, VideoError) as err:
+                         int(cfg.seed), bool(cfg.video), int(cfg.video_episodes), export, out_dir)
+    except (ConfigError, EnvConfigError, CheckpointError, VideoError, ExportError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     print(f"{r['env_id']}, checkpoint {r['checkpoint']} (step {r['checkpoint_step']}), {r['episodes']} episodes: "
@@ -60,7 +62,24 @@ def main(cfg: DictConfig) -> None:
         print(f"video: {path}")
     if "export" in r:
         print(f"SavedModel: {r['export']}")
+    if "onnx" in r:
+        print(f"ONNX: {r['onnx']} (acts as the SavedModel: largest difference {r['onnx_largest_difference']:.2g})")
     print(f"written: {r['json']}")
+
+
+def export_format(value) -> str | None:
+    """`export`: false (none), true or savedmodel (a SavedModel), onnx (the SavedModel and an ONNX model)."""
+    from agents.export import FORMATS
+
+    if value is False or value is None:
+        return None
+    if value is True:
+        return "savedmodel"
+    if isinstance(value, str) and value.lower() in FORMATS:
+        return value.lower()
+    raise ConfigError(f"export must be true (a TF SavedModel), false, or one of the formats {', '.join(FORMATS)} "
+                      f"(onnx writes the SavedModel and an ONNX model converted from it), got {value!r}; set e.g. "
+                      f"export=onnx.")
 
 
 if __name__ == "__main__":

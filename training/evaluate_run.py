@@ -9,7 +9,9 @@ import tempfile
 
 from omegaconf import OmegaConf
 
-from agents.export import export_policy
+import numpy as np
+
+from agents.export import export_onnx, export_policy
 from envs.factory import check_action_space, make_env
 from envs.video import record_videos
 from training.builder import agent_class, build_learner, describe, eval_env_args, eval_epsilon
@@ -41,8 +43,10 @@ def writable(directory: str) -> str:
 
 
 def evaluate_run(run_dir: str, checkpoint: str = "latest", episodes: int = 10, seed: int = 12345,
-                 video: bool = False, video_episodes: int = 1, export: bool = False, out_dir: str | None = None) -> dict:
-    """`out_dir`: where eval/ and export/ are written (None: the run directory)."""
+                 video: bool = False, video_episodes: int = 1, export: str | None = None, out_dir: str | None = None) -> dict:
+    """`export`: None, "savedmodel" or "onnx" (the SavedModel, and the ONNX model converted from
+    it, checked on 64 observations drawn from the observation space). `out_dir`: where eval/ and
+    export/ are written (None: the run directory)."""
     cfg = load_run_config(run_dir)
     OmegaConf.resolve(cfg)
     path = resolve_checkpoint(run_dir, checkpoint)
@@ -70,8 +74,20 @@ def evaluate_run(run_dir: str, checkpoint: str = "latest", episodes: int = 10, s
         result["videos"] = recorded["paths"]
     if export:
         result["export"] = export_policy(learner.agent, os.path.join(export_dir, name), learner.obs_norm)
+    space = env.observation_space
     env.close()
-    with open(os.path.join(eval_dir, f"{name}.json"), "w") as f:
-        json.dump(result, f, indent=2)
-    result["json"] = os.path.join(eval_dir, f"{name}.json")
+    result["json"] = write_result(eval_dir, name, result)  # before the ONNX conversion, which may fail
+    if export == "onnx":
+        space.seed(seed)
+        observations = np.stack([space.sample() for _ in range(64)]).astype(learner.agent.acting.obs_dtype.as_numpy_dtype)
+        onnx = export_onnx(result["export"], os.path.join(export_dir, f"{name}.onnx"), observations)
+        result["onnx"], result["onnx_largest_difference"] = onnx["path"], onnx["largest_difference"]
+        write_result(eval_dir, name, result)
     return result
+
+
+def write_result(eval_dir: str, name: str, result: dict) -> str:
+    path = os.path.join(eval_dir, f"{name}.json")
+    with open(path, "w") as f:
+        json.dump({k: v for k, v in result.items() if k != "json"}, f, indent=2)
+    return path
