@@ -15,8 +15,16 @@ in Experience Replay"; TD7's replay) is this buffer with three settings (conf/bu
 `min_priority` 1, so a priority is max(|TD error|, 1)**alpha, without importance weights
 (`importance_weights=false`; the agent's Huber loss stands in for them), and the largest priority,
 which new transitions get, reset to the largest stored every `max_reset_every` updates.
+
+DR.Q's faded replay (Lyu et al. 2026; its buffer.py) is `fade` < 1: a row is drawn in proportion to
+its priority times max(fade**age, fade_floor), its age the rows added since it was, so the newest
+rows are drawn up to 1 / fade_floor times as often as equally prioritized old ones (DR.Q: 0.9999,
+0.1, the floor reached after 23,025 rows). The stored priorities are unchanged; the faded mass is
+the tree's times the floor plus the extra of the young rows above it, drawn from exactly.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -56,6 +64,8 @@ class PrioritizedReplay(UniformReplay):
         frame_stack: int = 1,
         stratified: bool = True,
         mask_horizon: int = 0,
+        fade: float = 1.0,
+        fade_floor: float = 0.1,
     ):
         if alpha < 0:
             raise ValueError(f"buffer.alpha must be >= 0 (0 = uniform), got {alpha}")
@@ -72,6 +82,10 @@ class PrioritizedReplay(UniformReplay):
                              f"priority; 0: never), got {max_reset_every!r}")
         if not isinstance(stratified, bool):
             raise ValueError(f"buffer.stratified must be true or false, got {stratified!r}")
+        for key, value, usual in (("fade", fade, "1: none; DR.Q: 0.9999 per row added"),
+                                  ("fade_floor", fade_floor, "DR.Q: 0.1")):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+                raise ValueError(f"buffer.{key} must be a number in (0, 1] ({usual}), got {value!r}")
         super().__init__(capacity, obs_shape, action_dim, gamma, rng, discrete_actions, n_step, obs_dtype, frame_stack,
                          mask_horizon)
         self.stratified = stratified
@@ -85,6 +99,10 @@ class PrioritizedReplay(UniformReplay):
         self._priority = np.zeros(self.capacity) if self.mask is not None else None
         self._max_priority = 1.0
         self._stored = 0  # transitions ever added: the clock of beta's annealing
+        self.fade, self.fade_floor = float(fade), float(fade_floor)
+        young = math.ceil(math.log(fade_floor) / math.log(fade)) if fade < 1 and fade_floor < 1 else 0
+        # the weight above the floor of a row of each age younger than the floor's
+        self._young_extra = np.maximum(self.fade ** np.arange(young) - self.fade_floor, 0.0)
         self.last_indices: np.ndarray | None = None
 
     @property
@@ -125,13 +143,14 @@ class PrioritizedReplay(UniformReplay):
         indices and weights as n calls of sample() when no priority changes between them."""
         if len(self) == 0:
             raise ValueError("cannot sample from an empty replay buffer")
-        total = self._tree.total
+        mass = self._mass()
+        total = mass[0]
         if self.stratified:
             values = (np.arange(batch_size) + self._rng.random((n, batch_size))) * (total / batch_size)
         else:
             values = self._rng.random((n, batch_size)) * total
-        idx = self._rows_at(values.reshape(-1))
-        probs = self._tree.get(idx) / total
+        idx = self._rows_at(values.reshape(-1), mass)
+        probs = self._tree.get(idx) * self._fade_of(idx) / total
         if self.importance_weights:
             weights = ((len(self) * probs) ** (-self.beta)).reshape(n, batch_size)
             weights = (weights / weights.max(axis=1, keepdims=True)).astype(np.float32)
@@ -145,11 +164,44 @@ class PrioritizedReplay(UniformReplay):
         priorities as they are: MR.Q updates them from its value batches only)."""
         if len(self) == 0:
             raise ValueError("cannot sample from an empty replay buffer")
-        return self._rows_at(self._rng.random(n) * self._tree.total)
+        mass = self._mass()
+        return self._rows_at(self._rng.random(n) * mass[0], mass)
 
-    def _rows_at(self, values: np.ndarray) -> np.ndarray:
-        """The rows at these points of the cumulative priority mass."""
-        idx = np.minimum(self._tree.find(values), len(self) - 1)
+    def _mass(self) -> tuple[float, np.ndarray | None, np.ndarray | None]:
+        """What rows are drawn from: the total mass (the tree's; faded, its floor's share of it plus
+        the young rows' extra), the young rows (newest first) and their extra's cumulative sum."""
+        if not len(self._young_extra):
+            return self._tree.total, None, None
+        m = min(len(self._young_extra), len(self))
+        rows = (self._cursor - 1 - np.arange(m)) % self.capacity
+        extra = np.cumsum(self._tree.get(rows) * self._young_extra[:m])
+        return self.fade_floor * self._tree.total + float(extra[-1]), rows, extra
+
+    def _fade_of(self, idx: np.ndarray) -> np.ndarray | float:
+        """Each row's fade weight, max(fade**age, fade_floor) (1 without fading)."""
+        if not len(self._young_extra):
+            return 1.0
+        age = (self._cursor - 1 - idx) % self.capacity
+        young = age < len(self._young_extra)
+        return self.fade_floor + np.where(young, self._young_extra[np.minimum(age, len(self._young_extra) - 1)], 0.0)
+
+    def _find(self, values: np.ndarray, mass) -> np.ndarray:
+        """The rows at these points of the mass `_mass` gave: below the floor's share, the tree's
+        rows at the point over the floor; above it, the young row whose extra holds the point."""
+        total, rows, extra = mass
+        if rows is None:
+            return self._tree.find(values)
+        floor_mass = self.fade_floor * self._tree.total
+        idx = np.empty(len(values), np.int64)
+        old = values < floor_mass
+        idx[old] = self._tree.find(values[old] / self.fade_floor)
+        at = np.searchsorted(extra, values[~old] - floor_mass, side="right")
+        idx[~old] = rows[np.minimum(at, len(rows) - 1)]
+        return idx
+
+    def _rows_at(self, values: np.ndarray, mass) -> np.ndarray:
+        """The rows at these points of the cumulative (faded) priority mass."""
+        idx = np.minimum(self._find(values, mass), len(self) - 1)
         skip = self.unsampled()
         if skip:  # round-off may land on a leaf of priority 0: the first row that may be sampled instead
             idx = np.where((idx - self._cursor) % self.capacity < skip, (self._cursor + skip) % self.capacity, idx)
@@ -159,8 +211,7 @@ class PrioritizedReplay(UniformReplay):
             hidden = ~self.mask.open[idx]
             if not hidden.any():
                 return idx
-            idx[hidden] = np.minimum(self._tree.find(self._rng.random(int(hidden.sum())) * self._tree.total),
-                                     len(self) - 1)
+            idx[hidden] = np.minimum(self._find(self._rng.random(int(hidden.sum())) * mass[0], mass), len(self) - 1)
         raise self.mask.none_open(len(self))
 
     def update_priorities(self, td_error) -> None:

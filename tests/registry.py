@@ -98,6 +98,17 @@ def _mrq(rng, **kw):
                **{"target_update_every": 3, "encoder_schedule": "fused", **kw})
 
 
+# conf/agent/drq.yaml's agent settings (its wider encoder and faded replay are the network's and the buffer's)
+DRQ_SETTINGS = dict(infonce_weight=0.1, infonce_temperature=0.1, done_weight=0.0, pre_activ_weight=0.0,
+                    value_grad_clip=0.0, reward_scaling=False, encoder_lr=3e-4, encoder_wd=0.01, value_wd=0.01,
+                    policy_wd=0.01)
+
+
+def _drq(rng, **kw):
+    """DR.Q: MR.Q's agent with DR.Q's settings (tests/test_drq.py checks them against the preset)."""
+    return _mrq(rng, **{**DRQ_SETTINGS, **kw})
+
+
 def mrq_inputs(rng, agent, n):
     """MR.Q's inputs to one update: a batch, the runs that train the encoder, the reward scales."""
     from agents.mrq.replay import RunsBatch
@@ -162,6 +173,10 @@ AGENTS: dict[str, AgentEntry] = {e.name: e for e in [
     # MR.Q's golden run: the author's schedule, two blocks of 100 encoder updates (at updates 1 and 101)
     AgentEntry("mrq", _mrq, mrq_inputs,
                {"mrq": ["agent=mrq", "env=pendulum", "total_steps=300", "learning_starts=100", "eval_every=300",
+                        "batch_size=32", *[f"network.{k}={v}" for k, v in MRQ_NET.items()],
+                        "agent.target_update_every=100"]}),
+    AgentEntry("drq", _drq, mrq_inputs,
+               {"drq": ["agent=drq", "env=pendulum", "total_steps=300", "learning_starts=100", "eval_every=300",
                         "batch_size=32", *[f"network.{k}={v}" for k, v in MRQ_NET.items()],
                         "agent.target_update_every=100"]}),
     # PPO learns from its rollouts (training/rollout.py), not from replay batches: its update is tests/test_ppo.py's.

@@ -15,6 +15,7 @@ CONF = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 PIXEL_ENVS = {"minatar", "atari"}
 DISCRETE_ENVS = {"cartpole", "acrobot", "mountaincar", "gridworld"} | PIXEL_ENVS
 CNNS = {"nature_cnn", "minatar_cnn", "impala_cnn"}
+MRQ_AGENTS = {"mrq", "drq"}  # DR.Q is MR.Q's agent with other settings (conf/agent/drq.yaml)
 
 
 def options(group):
@@ -27,12 +28,12 @@ def valid_combinations():
             if AGENTS[agent].rollouts and network == "ppo" and buffer == "uniform":
                 yield agent, network, buffer, env
             continue
-        if (agent == "mrq") != (network == "mrq"):
-            continue  # MR.Q's networks are network=mrq's, which build only MR.Q's: refused (test_train_cli)
-        if buffer == "mrq" and agent != "mrq":
+        if (agent in MRQ_AGENTS) != (network == "mrq"):
+            continue  # MR.Q's networks are network=mrq's, which build only MR.Q's (and DR.Q's): refused (test_train_cli)
+        if buffer == "mrq" and agent not in MRQ_AGENTS:
             continue  # LAP with MR.Q's settings: it is buffer=lap's code, checked with LAP's own agents there
-        if agent == "mrq":  # vectors and images (not MinAtar's 10x10: refused), either kind of action, any replay
-            if env != "minatar":
+        if agent in MRQ_AGENTS:  # vectors and images (not MinAtar's 10x10: refused), either kind of action, any replay
+            if env != "minatar" and not (agent == "drq" and buffer == "uniform"):  # DR.Q's fade is prioritized replay's
                 yield agent, network, buffer, env
             continue
         if (network in CNNS) != (env in PIXEL_ENVS):
@@ -129,8 +130,10 @@ def test_every_combination_composes_and_instantiates(make_cfg, agent, network, b
     compile = "graph" if (agent, network, buffer, env) in GRAPH else "eager"
     extra = {"ga": ["agent.population=3"], "crossq": [f"speed.compile={compile}"],
              "ppo": ["agent.n_steps=4", "agent.num_minibatches=2", "agent.update_epochs=2"], "a2c": ["agent.n_steps=4"],
-             "mrq": ["agent.enc_horizon=2", *(f"network.{k}=16" for k in ("zs_dim", "za_dim", "zsa_dim", "encoder_hidden",
-                                                                             "value_hidden", "policy_hidden"))]}.get(agent, [])
+             **{name: ["agent.enc_horizon=2", *(f"network.{k}=16" for k in ("zs_dim", "za_dim", "zsa_dim",
+                                                                             "encoder_hidden", "value_hidden",
+                                                                             "policy_hidden"))] for name in MRQ_AGENTS}
+             }.get(agent, [])
     cfg = make_cfg(f"agent={agent}", f"network={network}", f"buffer={buffer}", f"env={env}", "buffer.capacity=1000",
                    "batch_size=4", f"speed.compile={compile}", *extra)
     OmegaConf.resolve(cfg)
@@ -173,7 +176,7 @@ def test_every_combination_composes_and_instantiates(make_cfg, agent, network, b
         metrics = run.learner.update(run.learner.replay.draw(run.buffer, 4, 1))
         run.buffer.update_priorities(metrics["td_error"])
         assert all(np.isfinite(float(v)) for v in metrics.values() if np.ndim(v) == 0)
-        assert isinstance(space, gym.spaces.Discrete) == (agent == "dqn" or env in DISCRETE_ENVS and agent == "mrq")
+        assert isinstance(space, gym.spaces.Discrete) == (agent == "dqn" or env in DISCRETE_ENVS and agent in MRQ_AGENTS)
     finally:
         run.close()
 

@@ -1,6 +1,8 @@
 """MR.Q (Fujimoto, D'Oro, Zhang, Tian & Rabbat, ICLR 2025, "Towards General-Purpose Model-Free
 Reinforcement Learning"), following the author's code (facebookresearch/MRQ: `Agent.train()`,
-`train_encoder`, `train_rl`). One set of hyper-parameters for vectors and pixels, continuous and
+`train_encoder`, `train_rl`); and DR.Q (Lyu et al. 2026), this agent with the settings of
+conf/agent/drq.yaml (an InfoNCE term in `losses.model_rollout_loss`, faded replay in
+buffers/prioritized.py; docs/algorithms.md lists them). One set of hyper-parameters for vectors and pixels, continuous and
 discrete actions. A reader follows it in three files: agent.py (the updates and their schedule),
 losses.py (the maths) and networks.py; settings.py holds its settings, replay.py what it draws.
 

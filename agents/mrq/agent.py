@@ -137,10 +137,12 @@ class MRQ:
                 next_zs = next_embedding(trained)
             loss, parts = losses.model_rollout_loss(
                 trained.predict, trained.zs(runs.obs), actions, next_zs, runs.reward, runs.terminated, self.bins,
-                s.dyn_weight, s.reward_weight, s.done_weight * terminates, self.reward_loss)
+                s.dyn_weight, s.reward_weight, s.done_weight * terminates, self.reward_loss, s.infonce_weight,
+                s.infonce_temperature)
         self.encoder_optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
-        return {"encoder_loss": loss, "dynamics_loss": parts["dynamics"], "reward_loss": parts["reward"],
-                "done_loss": parts["done"]}
+        out = {"encoder_loss": loss, "dynamics_loss": parts["dynamics"], "reward_loss": parts["reward"],
+               "done_loss": parts["done"]}
+        return {**out, "infonce_loss": parts["infonce"]} if s.infonce_weight else out
 
     def act_pre(self, pre_activation: tf.Tensor) -> tf.Tensor:
         """The policy's action from its pre-activation: tanh, or a Gumbel-softmax sample."""
@@ -169,7 +171,9 @@ class MRQ:
             q = self.value(zsa if encoder_variables else tf.stop_gradient(zsa))
             loss = self.value_loss(q, target[:, None], batch.weight[:, None])  # weights: ones but for buffer=prioritized
         grads = tape.gradient(loss, variables + encoder_variables)
-        clipped, _ = tf.clip_by_global_norm(grads[:len(variables)], self.settings.value_grad_clip)
+        clipped = grads[:len(variables)]
+        if self.settings.value_grad_clip:
+            clipped, _ = tf.clip_by_global_norm(clipped, self.settings.value_grad_clip)
         self.value_optimizer.apply_gradients(zip(clipped, variables))
         if encoder_variables:
             self.encoder_optimizer.apply_gradients(zip(grads[len(variables):], encoder_variables))

@@ -76,23 +76,41 @@ def realigned_action(action: tf.Tensor, discrete: bool) -> tf.Tensor:
     return tf.clip_by_value(action, -1.0, 1.0)
 
 
+def info_nce(predicted: tf.Tensor, target: tf.Tensor, temperature: float) -> tf.Tensor:
+    """DR.Q's contrastive term, per sample (B,): each predicted embedding against every target one
+    of the batch, both L2-normalized, cosine similarities over `temperature` as logits (B, B), the
+    cross-entropy of its own row's target (the diagonal); one direction, in-batch negatives
+    (DR.Q's `mutual_information_loss`; F.normalize's 1e-12 floor on the norm is 1e-24 on its square)."""
+    predicted = tf.math.l2_normalize(predicted, axis=1, epsilon=1e-24)
+    target = tf.math.l2_normalize(target, axis=1, epsilon=1e-24)
+    logits = tf.matmul(predicted, target, transpose_b=True) / temperature
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(tf.range(tf.shape(logits)[0]), logits)
+
+
 def model_rollout_loss(model, zs: tf.Tensor, actions: tf.Tensor, next_zs: tf.Tensor, reward: tf.Tensor,
                        terminated: tf.Tensor, bins: tf.Tensor, dyn_weight: float, reward_weight: float,
-                       done_weight: tf.Tensor, reward_loss=two_hot_cross_entropy) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+                       done_weight: tf.Tensor, reward_loss=two_hot_cross_entropy, infonce_weight: float = 0.0,
+                       infonce_temperature: float = 0.1) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
     """MR.Q's encoder loss: `model(zs, action) -> (done, next zs, reward logits)` unrolled from the
     first state's embedding `zs` (B, Z) through the H actions (B, H, A), each step's prediction fed
     to the next, against the target encoder's embeddings of the next states (B, H, Z), the rewards
     (two-hot cross-entropy) and the terminations (squared error of the raw output), every term of a
     sample masked from the step after its first termination on. Summed over the steps; `done_weight`
     is 0 while no stored transition has terminated (the author's `env_terminates`). `reward_loss`
-    (logits, target, bins) -> (B,) is the reward's term."""
+    (logits, target, bins) -> (B,) is the reward's term. With `infonce_weight` (DR.Q), each step's
+    predicted embedding is also contrasted with the batch's next-state embeddings (`info_nce`),
+    masked as DR.Q's code masks it: the batch's mean times the share of samples still alive, not per
+    sample (its (B,) loss times a (B, 1) mask, averaged)."""
     alive = tf.ones_like(reward[:, 0])
-    parts = {"dynamics": 0.0, "reward": 0.0, "done": 0.0}
+    parts = {"dynamics": 0.0, "reward": 0.0, "done": 0.0, "infonce": 0.0}
     for i in range(actions.shape[1]):
         done, zs, reward_logits = model(zs, actions[:, i])
         parts["dynamics"] += masked_mse(zs, next_zs[:, i], alive)
         parts["reward"] += tf.reduce_mean(reward_loss(reward_logits, reward[:, i], bins) * alive)
         parts["done"] += masked_mse(done, terminated[:, i, None], alive)
+        if infonce_weight:
+            parts["infonce"] += tf.reduce_mean(info_nce(zs, next_zs[:, i], infonce_temperature)) * tf.reduce_mean(alive)
         alive = alive * (1.0 - terminated[:, i])
-    total = dyn_weight * parts["dynamics"] + reward_weight * parts["reward"] + done_weight * parts["done"]
+    total = (dyn_weight * parts["dynamics"] + reward_weight * parts["reward"] + done_weight * parts["done"]
+             + infonce_weight * parts["infonce"])
     return total, parts

@@ -19,6 +19,8 @@ class Settings:
     dyn_weight: float = 1.0  # the encoder loss's terms: next zs, reward, termination
     reward_weight: float = 0.1
     done_weight: float = 0.1
+    infonce_weight: float = 0.0  # DR.Q's contrastive term on the model's predictions (0.1 in DR.Q; 0: MR.Q)
+    infonce_temperature: float = 0.1
     min_priority: float = 1.0  # LAP's floor (the buffer's copy: conf/buffer/mrq.yaml)
     enc_horizon: int = 5  # steps the model is unrolled
     q_horizon: int = 3  # steps of the value's multi-step return
@@ -26,7 +28,7 @@ class Settings:
     encoder_wd: float = 1e-4
     value_lr: float = 3e-4
     value_wd: float = 1e-4
-    value_grad_clip: float = 20.0
+    value_grad_clip: float = 20.0  # the value's global gradient norm; 0: not clipped (DR.Q)
     policy_lr: float = 3e-4
     policy_wd: float = 1e-4
     gumbel_tau: float = 10.0  # the Gumbel-softmax's temperature (discrete actions)
@@ -53,9 +55,10 @@ class Settings:
             raise ValueError(f"agent.lower and agent.upper must be numbers with lower < upper (the reward bins span "
                              f"symexp(lower) to symexp(upper); -10 and 10 in MR.Q), got {self.lower!r} and {self.upper!r}")
         for key, usual in (("dyn_weight", 1), ("reward_weight", 0.1), ("done_weight", 0.1), ("pre_activ_weight", 1e-5),
-                           ("exploration_noise", 0.2), ("target_noise", 0.2), ("noise_clip", 0.3)):
+                           ("exploration_noise", 0.2), ("target_noise", 0.2), ("noise_clip", 0.3),
+                           ("infonce_weight", "0; 0.1 in DR.Q"), ("value_grad_clip", "20; 0: not clipped, DR.Q")):
             checks.number(getattr(self, key), key, f"a number >= 0 ({usual} in MR.Q)", lambda x: x >= 0)
-        for key, usual in (("value_grad_clip", 20), ("gumbel_tau", 10), ("min_priority", 1)):
+        for key, usual in (("gumbel_tau", 10), ("min_priority", 1), ("infonce_temperature", "DR.Q: 0.1")):
             checks.number(getattr(self, key), key, f"a number > 0 ({usual} in MR.Q)", lambda x: x > 0)
         for key, options in (("reward_loss", ("two_hot", "mse")), ("target_value", ("min", "mean")),
                              ("value_loss", ("huber", "mse")), ("encoder_loss", ("model", "value"))):
