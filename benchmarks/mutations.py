@@ -60,6 +60,8 @@ DDPG = ("tests/test_losses.py",)
 GA = ("tests/test_ga.py", "-k", "not resume and not export and not wandb")
 PRIORITIES = ("tests/test_fast_paths.py", "-k", "source_error or driven_from_inside")
 PPO = ("tests/test_ppo.py", "-k", "not learns")
+A2C = ("tests/test_ppo.py", "-k", "rmsprop or a2c_is")
+DRQ = ("tests/test_drq.py", "tests/test_golden.py::test_golden_run[drq]", "-k", "not learns")
 
 F, U, P, RP = "buffers/frames.py", "buffers/uniform.py", "buffers/prioritized.py", "agents/replay.py"
 ATR, DM, PX, AUG, MQ, DQ = "envs/atari.py", "envs/dmc.py", "envs/pixels.py", "agents/augment.py", "agents/mrq/agent.py", "agents/dqn.py"
@@ -368,6 +370,26 @@ MUTATIONS = (
              'rollout["next_value"] = np.where(rollout["ended"], rollout["next_value"], following)',
              'rollout["next_value"] = following', PPO),
     Mutation("PP14", "the target KL never stops the epochs", PA, "tf.logical_and(more, kl <= self.target_kl)", "more", PPO),
+    Mutation("A1", "RMSprop's epsilon inside the square root (Keras')", OPT,
+             "keras.ops.add(keras.ops.sqrt(v), self.epsilon)", "keras.ops.sqrt(keras.ops.add(v, self.epsilon))", A2C),
+    Mutation("DQ1", "InfoNCE masked per sample, not as DR.Q's code", "agents/mrq/losses.py",
+             "tf.reduce_mean(info_nce(zs, next_zs[:, i], infonce_temperature)) * tf.reduce_mean(alive)",
+             "tf.reduce_mean(info_nce(zs, next_zs[:, i], infonce_temperature) * alive)", DRQ),
+    Mutation("DQ2", "InfoNCE's logits without the temperature", "agents/mrq/losses.py",
+             "logits = tf.matmul(predicted, target, transpose_b=True) / temperature",
+             "logits = tf.matmul(predicted, target, transpose_b=True)", DRQ),
+    Mutation("DQ3", "InfoNCE's targets not normalized", "agents/mrq/losses.py",
+             "    target = tf.math.l2_normalize(target, axis=1, epsilon=1e-24)\n", "", DRQ),
+    Mutation("DQ4", "the fade's floor counted twice for young rows", P,
+             "np.maximum(self.fade ** np.arange(young) - self.fade_floor, 0.0)", "self.fade ** np.arange(young)", DRQ),
+    Mutation("DQ5", "the young rows' ages off by one", P, "rows = (self._cursor - 1 - np.arange(m)) % self.capacity",
+             "rows = (self._cursor - np.arange(m)) % self.capacity", DRQ),
+    Mutation("DQ6", "the encoder's runs drawn without the fade", P,
+             "        mass = self._mass()\n        return self._rows_at(self._rng.random(n) * mass[0], mass)",
+             "        mass = (self._tree.total, None, None)\n        return self._rows_at(self._rng.random(n) * mass[0], mass)",
+             DRQ),
+    Mutation("DQ7", "value_grad_clip=0 clips every gradient to 0", MQ, "        if self.settings.value_grad_clip:\n",
+             "        if True:\n", DRQ),
 )
 
 
