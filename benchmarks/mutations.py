@@ -370,7 +370,7 @@ MUTATIONS = (
              'rollout["next_value"] = np.where(rollout["ended"], rollout["next_value"], following)',
              'rollout["next_value"] = following', PPO),
     Mutation("PP14", "the target KL never stops the epochs", PA, "tf.logical_and(more, kl <= self.target_kl)", "more", PPO),
-    Mutation("A1", "RMSprop's epsilon inside the square root (Keras')", OPT,
+    Mutation("PP15", "RMSprop's epsilon inside the square root (Keras')", OPT,
              "keras.ops.add(keras.ops.sqrt(v), self.epsilon)", "keras.ops.sqrt(keras.ops.add(v, self.epsilon))", A2C),
     Mutation("DQ1", "InfoNCE masked per sample, not as DR.Q's code", "agents/mrq/losses.py",
              "tf.reduce_mean(info_nce(zs, next_zs[:, i], infonce_temperature)) * tf.reduce_mean(alive)",
