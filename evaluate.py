@@ -13,19 +13,18 @@ the run directory unless set; a place it cannot write is refused before any work
 from __future__ import annotations
 
 import os
+import sys
 
 from training.runtime import prepare_process
 
 prepare_process()  # before TensorFlow or Keras is imported anywhere
 os.environ.setdefault("MUJOCO_GL", "egl")  # headless offscreen rendering for video=true
 
-import sys
+import hydra  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
-import hydra
-from omegaconf import DictConfig, OmegaConf
-
-from envs.factory import EnvConfigError
-from training.config import ConfigError
+from envs.factory import EnvConfigError  # noqa: E402
+from training.config import ConfigError  # noqa: E402
 
 
 # an absolute path: the same conf/ when evaluate.py runs as a script and when its `main` is imported

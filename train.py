@@ -15,7 +15,11 @@ diverged run) and the other jobs go on; aggregate.py reports it.
 """
 from __future__ import annotations
 
+import logging
 import os
+import shlex
+import signal
+import sys
 
 from training.runtime import prepare_process
 
@@ -26,21 +30,16 @@ os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
 # in an uploaded copy of this directory; its nodes run this project's environment already.
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
-import logging
-import shlex
-import signal
-import sys
+import hydra  # noqa: E402
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
-
-from envs.factory import EnvConfigError
-from training.config import ConfigError, override, validate, warnings
-from training.faults import WRITE_FAULTS, Diverged, clear_failure, record_failure, write_failure, write_problem
-from training.command_line import read_command_line
-from training.resume import resume_config
-from training.runlock import RunDirLock
+from envs.factory import EnvConfigError  # noqa: E402
+from training.config import ConfigError, override, validate, warnings  # noqa: E402
+from training.faults import WRITE_FAULTS, Diverged, clear_failure, record_failure, write_failure, write_problem  # noqa: E402
+from training.command_line import read_command_line  # noqa: E402
+from training.resume import resume_config  # noqa: E402
+from training.runlock import RunDirLock  # noqa: E402
 
 
 def _console(line: str) -> None:

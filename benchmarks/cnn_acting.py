@@ -14,8 +14,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from agents.acting import Forward  # noqa: E402
-from networks.cnn import conv_net, impala_cnn  # noqa: E402
+from agents.acting import Forward
+from networks.cnn import conv_net, impala_cnn
 
 NETWORKS = {
     "nature (84x84x4)": (lambda: conv_net((84, 84, 4), 6), (84, 84, 4)),

@@ -37,7 +37,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks.compare_sb3 import HERE, PYTHONS, ROOT, SETUP, write_report  # noqa: E402
+from benchmarks.compare_sb3 import HERE, PYTHONS, ROOT, SETUP, write_report
 
 REFERENCES = {"td7": ".td7-ref", "mrq": ".mrq-ref"}  # the copies of the authors' code that setup_<agent>.sh makes
 

@@ -31,7 +31,7 @@ def main() -> None:
     args = parser.parse_args()
     import gymnasium as gym
 
-    import envs  # noqa: F401
+    import envs  # noqa: F401 (registers DMC-v1)
     from envs.dmc import suite
 
     rng = np.random.default_rng(0)

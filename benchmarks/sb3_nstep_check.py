@@ -21,11 +21,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import gymnasium as gym  # noqa: E402
-import numpy as np  # noqa: E402
-from stable_baselines3.common.buffers import NStepReplayBuffer, ReplayBuffer  # noqa: E402
+import gymnasium as gym
+import numpy as np
+from stable_baselines3.common.buffers import NStepReplayBuffer, ReplayBuffer
 
-from buffers.uniform import UniformReplay  # noqa: E402
+from buffers.uniform import UniformReplay
 
 GAMMA = 0.97
 CAPACITY = 600

@@ -96,7 +96,10 @@ def direct_bootstrap(tasks, statistic, reps, seed, alpha=0.05):
 def test_stratified_bootstrap_matches_a_direct_computation():
     g = np.random.default_rng(3)
     tasks = [g.normal(0, 1, 3), g.normal(5, 2, 5), g.normal(-1, 0.5, 4)]
-    pooled_iqm = lambda s: trim_mean(np.concatenate([np.asarray(t) for t in s]), 0.25)
+
+    def pooled_iqm(s):
+        return trim_mean(np.concatenate([np.asarray(t) for t in s]), 0.25)
+
     low, high = interval(tasks, lambda *s: iqm(np.concatenate(s)), 500, 11)
     d_low, d_high = direct_bootstrap(tasks, pooled_iqm, 500, 11)
     assert low == pytest.approx(d_low, abs=1e-12) and high == pytest.approx(d_high, abs=1e-12)

@@ -83,7 +83,8 @@ def test_the_compiled_update_trains_on_shifted_images():
     for learner_, feed in ((shifted, batches), (by_hand, hand), (plain, batches)):
         learner_.update(stack(feed[:1]))
         learner_.update(stack(feed[1:]))
-    weights = [[w.numpy() for w in l.agent.critic1.weights + l.agent.actor.weights] for l in (shifted, by_hand, plain)]
+    weights = [[w.numpy() for w in learner.agent.critic1.weights + learner.agent.actor.weights]
+               for learner in (shifted, by_hand, plain)]
     for a, b in zip(weights[0], weights[1]):
         np.testing.assert_array_equal(a, b)
     assert any(not np.array_equal(a, c) for a, c in zip(weights[0], weights[2]))

@@ -15,7 +15,8 @@ def test_the_nature_network_has_the_papers_layers():
     """84x84x4 -> 20x20x32 -> 9x9x64 -> 7x7x64 = 3136 -> 512 -> 4 actions: by hand, 8*8*4*32+32 +
     4*4*32*64+64 + 3*3*64*64+64 + 3136*512+512 + 512*4+4 = 1,686,180 weights."""
     net = conv_net((84, 84, 4), 4)
-    assert [tuple(l.output.shape[1:]) for l in net.layers if "conv" in l.name] == [(20, 20, 32), (9, 9, 64), (7, 7, 64)]
+    convs = [tuple(layer.output.shape[1:]) for layer in net.layers if "conv" in layer.name]
+    assert convs == [(20, 20, 32), (9, 9, 64), (7, 7, 64)]
     assert params(net) == 1_686_180
     assert net.inputs[0].dtype == "uint8"
 
@@ -25,12 +26,12 @@ def test_the_impala_network_has_the_papers_layers():
     by hand, 592 + 4*2320 + 4640 + 4*9248 + 9248 + 4*9248 + (11*11*32)*256+256 + 256*4+4 = 1,090,260."""
     net = impala_cnn((84, 84, 4), 4)
     assert params(net) == 1_090_260
-    assert sum(isinstance(l, keras.layers.Add) for l in net.layers) == 6
+    assert sum(isinstance(layer, keras.layers.Add) for layer in net.layers) == 6
 
 
 def test_dueling_cnn_heads_combine_value_and_advantage():
     net = conv_net((10, 10, 4), 3, convs=[[4, 3, 1]], hidden=[8], dueling=True)
-    names = {l.name for l in net.layers}
+    names = {layer.name for layer in net.layers}
     assert {"cnn_v", "cnn_a", "cnn_out"} <= names
     x = np.random.default_rng(0).integers(0, 256, (5, 10, 10, 4)).astype(np.uint8)
     q = np.asarray(net(x))

@@ -207,7 +207,7 @@ def test_a_restored_ring_reads_what_the_saved_one_reads_where_a_first_observatio
     kind = PrioritizedReplay if prioritized else UniformReplay
     make = lambda: kind(20, (H, W, 4 * C), 1, 0.9, np.random.default_rng(0), obs_dtype=np.uint8,  # noqa: E731
                         frame_stack=4)
-    buf, frame = make(), (lambda t: np.full((H, W, C), t + 1, np.uint8))  # noqa: E731
+    buf, frame = make(), (lambda t: np.full((H, W, C), t + 1, np.uint8))
     history = [frame(0)] * 4
     for t in range(21):
         obs = np.concatenate(history[-4:], -1)

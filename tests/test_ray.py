@@ -13,7 +13,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks.cluster_sweeps import kill_worker_node  # noqa: E402
+from benchmarks.cluster_sweeps import kill_worker_node
 from helpers import (LONG_RUN, ROOT, assert_same_weights, checkpoint_steps, final_weights, session_dir,
                      uninterrupted_long_run)
 

@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from agents.compiling import Learner
 from agents.replay import flatten, stacked
-from buffers.types import Batch, Buffer
+from buffers.types import Buffer
 
 HOST_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")  # the driver's deliberate host round trip
 

@@ -35,7 +35,7 @@ def parsed_overrides(argv: list[str]) -> list:
             continue
         try:
             found.append((i, parser.parse_overrides([arg.strip().removeprefix("override ").strip()])[0]))
-        except Exception:  # noqa: BLE001 - Hydra's own parse error, which Hydra reports when it starts
+        except Exception:  # Hydra's own parse error, which Hydra reports when it starts
             continue
     return found
 

@@ -16,9 +16,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the root: analysis/
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from analysis.stats import interval, mean_and_iqm  # noqa: E402
+from analysis.stats import interval, mean_and_iqm
 
 
 def main() -> None:

@@ -7,7 +7,13 @@ np.load. Each way in a fresh process, rounds alternating; the files are in the p
     uv run --with safetensors python labs/checkpoint_arrays/measure.py 3 /tmp/ckpt      # 3 rounds
 
 safetensors is not a dependency of the project: `--with` adds it to this one command."""
-import json, os, subprocess, sys, threading, time
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
 import numpy as np
 
 ROWS, OBS, ACT = 1_000_000, 105, 8  # Ant-v5's observation and action sizes
@@ -28,12 +34,17 @@ def child(kind):
     rows = {k: np.zeros(s, d) for k, (s, d) in layout().items()}
     for a in rows.values():
         a.fill(1)  # touch every page, as a live buffer's rows are
-    peak = [0, 0]; stop = False
+    peak = [0, 0]
+    stop = False
     def sample():
         while not stop:
-            anon = rss("RssAnon:"); peak[0] = max(peak[0], anon + rss("RssFile:") + rss("RssShmem:")); peak[1] = max(peak[1], anon); time.sleep(0.002)
+            anon = rss("RssAnon:")
+            peak[0] = max(peak[0], anon + rss("RssFile:") + rss("RssShmem:"))
+            peak[1] = max(peak[1], anon)
+            time.sleep(0.002)
     base_anon, base_total = rss("RssAnon:"), rss("VmRSS:")
-    t = threading.Thread(target=sample); t.start()
+    t = threading.Thread(target=sample)
+    t.start()
     t0 = time.perf_counter()
     if kind == "npz":
         from training.checkpoints import npz_arrays
@@ -55,7 +66,8 @@ def child(kind):
         for k, a in load_file(f"{DIR}/buffer.safetensors").items():
             rows[k][...] = a
     dt = time.perf_counter() - t0
-    stop = True; t.join()
+    stop = True
+    t.join()
     print(json.dumps({"kind": kind, "seconds": dt, "peak_over_rows_MB": (peak[0] - base_total) / 2**20,
                       "peak_anon_over_rows_MB": (peak[1] - base_anon) / 2**20, "anon_after_MB": (rss("RssAnon:") - base_anon) / 2**20, "hwm_MB": rss("VmHWM:") / 2**20,
                       "rows_MB": sum(a.nbytes for a in rows.values()) / 2**20}))
@@ -66,11 +78,15 @@ if sys.argv[1] == "make":
     np.savez(f"{DIR}/buffer.npz", **arrays)
     from safetensors.numpy import save_file
     save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, f"{DIR}/buffer.safetensors")
-    t0 = time.perf_counter(); np.savez(f"{DIR}/b2.npz", **arrays); t1 = time.perf_counter()
-    save_file(arrays, f"{DIR}/b2.safetensors"); t2 = time.perf_counter()
+    t0 = time.perf_counter()
+    np.savez(f"{DIR}/b2.npz", **arrays)
+    t1 = time.perf_counter()
+    save_file(arrays, f"{DIR}/b2.safetensors")
+    t2 = time.perf_counter()
     print(json.dumps({"save_npz_s": t1 - t0, "save_safetensors_s": t2 - t1,
                       "npz_bytes": os.path.getsize(f"{DIR}/buffer.npz"), "st_bytes": os.path.getsize(f"{DIR}/buffer.safetensors")}))
-    os.remove(f"{DIR}/b2.npz"); os.remove(f"{DIR}/b2.safetensors")
+    os.remove(f"{DIR}/b2.npz")
+    os.remove(f"{DIR}/b2.safetensors")
 elif sys.argv[1] == "child":
     child(sys.argv[3])
 else:
