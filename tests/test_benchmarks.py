@@ -277,8 +277,8 @@ def test_memory_refuses_bad_input_before_running_anything():
     base = [sys.executable, "benchmarks/memory.py"]
     proc = subprocess.run([*base, "--resume-steps", "-5"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "--resume-steps at least 0" in proc.stderr
-    proc = subprocess.run([*base, "agent=a2c"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode != 0 and "agent/a2c" in proc.stderr and "ran nothing" in proc.stderr
+    proc = subprocess.run([*base, "agent=a3c"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "agent/a3c" in proc.stderr and "ran nothing" in proc.stderr
     proc = subprocess.run([*base, "buffer=prioritized", "--sb3"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "--sb3: buffer" in proc.stderr and "compare with buffer=uniform" in proc.stderr
     proc = subprocess.run([*base, "total_steps=100", "learning_starts=1000"], cwd=ROOT, capture_output=True,

@@ -216,14 +216,14 @@ def test_bad_input_gets_a_clear_message_and_nonzero_exit(tmp_path, capsys, overr
 @pytest.mark.parametrize(
     "overrides,message",
     [
-        (["agent=a2c"], f"error: agent=a2c names no config in conf/agent/; the choices are {AGENT_CHOICES}."),
+        (["agent=a3c"], f"error: agent=a3c names no config in conf/agent/; the choices are {AGENT_CHOICES}."),
         (["agent=nosuchagent"], f"error: agent=nosuchagent names no config in conf/agent/; the choices are {AGENT_CHOICES}."),
         (["env=nosuchenv"], "error: env=nosuchenv names no config in conf/env/; the choices are acrobot, ant, "),
         (["env=pendullum"], "the choices are acrobot, ant, atari, cartpole, dmc, gridworld, halfcheetah, hopper, humanoid, "
                             "inverted_pendulum, minatar, mountaincar, pendulum, reacher, walker2d. Did you mean "
                             "env=pendulum?"),
-        (["-m", "agent=td3,dqm"], f"error: agent=dqm names no config in conf/agent/; the choices are {AGENT_CHOICES}. "
-                                  "Did you mean agent=dqn?"),
+        (["-m", "agent=td3,dqnn"], f"error: agent=dqnn names no config in conf/agent/; the choices are {AGENT_CHOICES}. "
+                                   "Did you mean agent=dqn?"),
         # Hydra's own grammar, read by its parser: a choice() sweep and a quoted value
         (["-m", "agent=choice(td3, dqm)"], "error: agent=dqm names no config in conf/agent/"),
         (["env='pendullum'"], "error: env=pendullum names no config in conf/env/"),
