@@ -4,6 +4,7 @@
     python evaluate.py run_dir=... video=true        # mp4s in <run_dir>/eval/
     python evaluate.py run_dir=... export=true       # TF SavedModel in <run_dir>/export/
     python evaluate.py run_dir=... export=onnx       # and an ONNX model beside it (uv sync --extra onnx)
+    python evaluate.py run_dir=... hub=true          # a model folder in the Hugging Face Hub's layout in <run_dir>/hub/
     python evaluate.py run_dir=... out_dir=$HOME/evals/run1   # a run dir you cannot write: results go there
 
 Rebuilds the run from its saved .hydra/config.yaml, restores the checkpoint, runs deterministic
@@ -44,12 +45,14 @@ def main(cfg: DictConfig) -> None:
             if not isinstance(cfg[key], int) or isinstance(cfg[key], bool) or (key != "seed" and cfg[key] < 1):
                 raise ConfigError(f"{key} must be {'an' if key == 'seed' else 'a positive'} integer, got {cfg[key]!r}; "
                                   f"set e.g. {key}={0 if key == 'seed' else 10}.")
-        if not isinstance(cfg.video, bool):
-            raise ConfigError(f"video must be true or false, got {cfg.video!r}; set video=true or leave it out.")
+        for key in ("video", "hub"):
+            if not isinstance(cfg[key], bool):
+                raise ConfigError(f"{key} must be true or false, got {cfg[key]!r}; set {key}=true or leave it out.")
         export = export_format(cfg.export)
         out_dir = None if cfg.out_dir is None else os.path.abspath(os.path.expanduser(str(cfg.out_dir)))
         r = evaluate_run(os.path.abspath(str(cfg.run_dir)), str(cfg.checkpoint), int(cfg.episodes),
-                         int(cfg.seed), bool(cfg.video), int(cfg.video_episodes), export, out_dir)
+                         int(cfg.seed), bool(cfg.video), int(cfg.video_episodes), export, out_dir,
+                         bool(cfg.hub))
     except (ConfigError, EnvConfigError, CheckpointError, VideoError, ExportError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
@@ -63,6 +66,8 @@ def main(cfg: DictConfig) -> None:
         print(f"SavedModel: {r['export']}")
     if "onnx" in r:
         print(f"ONNX: {r['onnx']} (acts as the SavedModel: largest difference {r['onnx_largest_difference']:.2g})")
+    if "hub" in r:
+        print(f"model folder: {r['hub']} (upload: hf upload <user>/<repo> {r['hub']} .)")
     print(f"written: {r['json']}")
 
 

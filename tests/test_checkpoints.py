@@ -178,7 +178,8 @@ def test_bad_run_dirs_and_foreign_checkpoints(tmp_path, reference, cli):
     assert proc.returncode == 2 and "does not exist" in proc.stderr
     for args, message in [((), "no run given"), ((f"run_dir={reference}", "episodes=abc"), "episodes must be a positive integer"),
                           ((f"run_dir={reference}", "episodes=0"), "episodes must be a positive integer, got 0"),
-                          ((f"run_dir={reference}", "video=maybe"), "video must be true or false, got 'maybe'")]:
+                          ((f"run_dir={reference}", "video=maybe"), "video must be true or false, got 'maybe'"),
+                          ((f"run_dir={reference}", "hub=1"), "hub must be true or false, got 1")]:
         proc = evaluate(*args)
         assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
     empty = tmp_path / "empty"

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from helpers import evaluate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -99,22 +100,78 @@ def test_the_floor_goes_along_with_the_camera_without_changing_the_physics():
     assert abs(r["floor"][0] / period - round(r["floor"][0] / period)) < 1e-9 and abs(r["floor"][0] - 92.0) < period
 
 
-def test_video_is_a_valid_mp4(tmp_path):
-    run_dir = tmp_path / "ip"
+@pytest.fixture(scope="module")
+def ip_run(tmp_path_factory):
+    """A short TD3 run on InvertedPendulum, an env MuJoCo renders headless."""
+    run_dir = tmp_path_factory.mktemp("ip")
     proc = subprocess.run(
         [sys.executable, "train.py", f"hydra.run.dir={run_dir}", "env=inverted_pendulum", "total_steps=300",
          "learning_starts=100", "eval_every=1000", "eval_episodes=1", "batch_size=32", "network.hidden=[16,16]",
          "logger.trace_graph=true", "logger.progress=false"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    proc = evaluate(f"run_dir={run_dir}", "episodes=1", "video=true")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    videos = glob.glob(str(run_dir / "eval" / "latest-episode0.mp4"))
-    assert videos
-    with open(videos[0], "rb") as f:
+    return run_dir
+
+
+def assert_mp4(path):
+    with open(path, "rb") as f:
         head = f.read(12)
     assert head[4:8] == b"ftyp"
     import imageio.v2 as imageio
 
-    reader = imageio.get_reader(videos[0])
-    frames = [frame for frame in reader]
+    frames = [frame for frame in imageio.get_reader(path)]
     assert len(frames) >= 2 and frames[0].shape[2] == 3 and frames[0].std() > 0
+
+
+def test_video_is_a_valid_mp4(ip_run):
+    proc = evaluate(f"run_dir={ip_run}", "episodes=1", "video=true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    videos = glob.glob(str(ip_run / "eval" / "latest-episode0.mp4"))
+    assert videos
+    assert_mp4(videos[0])
+
+
+def test_the_hub_model_folder_holds_the_card_config_weights_and_video_and_evaluates_as_a_run(ip_run, tmp_path):
+    import numpy as np
+    import tensorflow as tf
+    import yaml
+
+    proc = evaluate(f"run_dir={ip_run}", "episodes=3", "hub=true", f"out_dir={tmp_path / 'out'}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    folder = tmp_path / "out" / "hub" / "latest"
+    with open(tmp_path / "out" / "eval" / "latest.json") as f:
+        result = json.load(f)
+    assert result["hub"] == str(folder)
+
+    card = (folder / "README.md").read_text()
+    _, front, body = card.split("---\n", 2)
+    meta = yaml.safe_load(front)
+    assert meta["library_name"] == "tfrl" and "InvertedPendulum-v5" in meta["tags"]
+    (entry,) = meta["model-index"]
+    assert entry["name"] == "TD3"
+    (scored,) = entry["results"]
+    assert scored["dataset"]["name"] == "InvertedPendulum-v5"
+    assert scored["metrics"][0]["type"] == "mean_reward"
+    assert scored["metrics"][0]["value"] == f"{result['return_mean']:.2f} +/- {result['return_std']:.2f}"
+    with open(ip_run / "summary.json") as f:
+        summary = json.load(f)
+    assert "python train.py " + " ".join(summary["overrides"]) in body
+    assert summary["code"]["commit"] in body and f"| tensorflow | {summary['versions']['tensorflow']} |" in body
+
+    with open(folder / "results.json") as f:
+        recorded = json.load(f)
+    assert recorded["return_mean"] == result["return_mean"] and recorded["seed"] == 12345 and recorded["episodes"] == 3
+    assert_mp4(folder / "replay.mp4")
+    assert (folder / ".hydra" / "config.yaml").read_text() == (ip_run / ".hydra" / "config.yaml").read_text()
+    assert not (folder / ".hydra" / "hydra.yaml").exists()  # it holds the training machine's paths
+    (weights,) = (folder / "checkpoints").iterdir()
+    assert sorted(p.name for p in weights.iterdir()) == ["agent.data-00000-of-00001", "agent.index", "meta.json"]
+
+    policy = tf.saved_model.load(str(folder / "policy"))
+    obs = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32)
+    exported = tf.saved_model.load(str(tmp_path / "out" / "export" / "latest"))
+    np.testing.assert_array_equal(policy(obs).numpy(), exported(obs).numpy())
+
+    again = evaluate(f"run_dir={folder}", "episodes=3", f"out_dir={tmp_path / 'again'}")  # the folder is a run
+    assert again.returncode == 0, again.stderr[-3000:]
+    with open(tmp_path / "again" / "eval" / "latest.json") as f:
+        assert json.load(f)["return_mean"] == result["return_mean"]

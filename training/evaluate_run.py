@@ -1,6 +1,7 @@
 """A saved run evaluated, recorded and exported (evaluate.py): its config reloaded, its agent
 rebuilt and a checkpoint restored into it (weights only: nothing of it is unpickled), then
-deterministic episodes (training.evaluation.evaluate), videos and a SavedModel as asked."""
+deterministic episodes (training.evaluation.evaluate), videos, a SavedModel, an ONNX model and a
+model folder in the Hugging Face Hub's layout (training.hub) as asked."""
 from __future__ import annotations
 
 import json
@@ -13,12 +14,14 @@ import numpy as np
 
 from agents.export import export_onnx, export_policy
 from envs.factory import check_action_space, make_env
-from envs.video import record_videos
+from envs.video import VideoError, record_videos
 from training.builder import agent_class, build_learner, describe, eval_env_args, eval_epsilon
 from training.checkpoints import Checkpointer, resolve_checkpoint, verify
 from training.config import ConfigError
 from training.evaluation import epsilon_greedy, evaluate
+from training.hub import write_model_folder
 from training.resume import load_run_config
+from training.runner import run_identity
 from training.seeding import seed_everything
 from training.speed import configure_devices
 
@@ -43,16 +46,21 @@ def writable(directory: str) -> str:
 
 
 def evaluate_run(run_dir: str, checkpoint: str = "latest", episodes: int = 10, seed: int = 12345,
-                 video: bool = False, video_episodes: int = 1, export: str | None = None, out_dir: str | None = None) -> dict:
+                 video: bool = False, video_episodes: int = 1, export: str | None = None, out_dir: str | None = None,
+                 hub: bool = False) -> dict:
     """`export`: None, "savedmodel" or "onnx" (the SavedModel, and the ONNX model converted from
-    it, checked on 64 observations drawn from the observation space). `out_dir`: where eval/ and
-    export/ are written (None: the run directory)."""
+    it, checked on 64 observations drawn from the observation space). `hub`: the model folder in
+    hub/<checkpoint>/ too, which needs a video and a SavedModel, so it turns both on. `out_dir`:
+    where eval/, export/ and hub/ are written (None: the run directory)."""
+    if hub:
+        video, export = True, export or "savedmodel"
     cfg = load_run_config(run_dir)
     OmegaConf.resolve(cfg)
     path = resolve_checkpoint(run_dir, checkpoint)
     meta = verify(path)
     eval_dir = writable(os.path.join(out_dir or run_dir, "eval"))
     export_dir = writable(os.path.join(out_dir or run_dir, "export")) if export else None
+    hub_dir = writable(os.path.join(out_dir or run_dir, "hub")) if hub else None
     configure_devices()
     rng = seed_everything(seed)
     env_args = eval_env_args(cfg)
@@ -69,8 +77,13 @@ def evaluate_run(run_dir: str, checkpoint: str = "latest", episodes: int = 10, s
     if video:
         policy = epsilon_greedy(lambda obs: learner.act(obs[None], explore=False)[0], env.action_space,
                                 eval_epsilon(cfg), seed)
-        recorded = record_videos(policy, cfg.env.id, seed, video_episodes, os.path.join(eval_dir, f"{name}-episode"),
-                                 **env_args)
+        try:
+            recorded = record_videos(policy, cfg.env.id, seed, video_episodes,
+                                     os.path.join(eval_dir, f"{name}-episode"), **env_args)
+        except VideoError as err:
+            if not hub:
+                raise
+            raise VideoError(f"{err} (hub=true records the model folder's replay.mp4, so the env must render.)") from err
         result["videos"] = recorded["paths"]
     if export:
         result["export"] = export_policy(learner.agent, os.path.join(export_dir, name), learner.obs_norm)
@@ -82,6 +95,15 @@ def evaluate_run(run_dir: str, checkpoint: str = "latest", episodes: int = 10, s
         observations = np.stack([space.sample() for _ in range(64)]).astype(learner.agent.acting.obs_dtype.as_numpy_dtype)
         onnx = export_onnx(result["export"], os.path.join(export_dir, f"{name}.onnx"), observations)
         result["onnx"], result["onnx_largest_difference"] = onnx["path"], onnx["largest_difference"]
+        write_result(eval_dir, name, result)
+    if hub:
+        identity = run_identity(cfg, run_dir)
+        epsilon = eval_epsilon(cfg)
+        kind = ("Deterministic policy" if cfg.agent.get("deterministic_eval", True) else "Policy sampled")
+        kind += f", a uniform random action with probability {epsilon:g}" if epsilon else ""
+        result["hub"] = write_model_folder(
+            os.path.join(hub_dir, name), run_dir, path, result, algorithm=cls.__name__, env=cfg.env.get("label") or cfg.env.id,
+            overrides=identity["overrides"], meta=meta, policy_kind=kind)
         write_result(eval_dir, name, result)
     return result
 
