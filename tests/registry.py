@@ -190,6 +190,13 @@ AGENTS: dict[str, AgentEntry] = {e.name: e for e in [
                {"a2c": ["agent=a2c", "env=cartpole", "total_steps=512", "num_envs=2", "agent.n_steps=4",
                         "eval_every=512", "network.hidden=[32,32]"]},
                discrete=True, rollouts=True),
+    # SB3's PPO (conf/agent/ppo_sb3.yaml), PPO's code; its golden run on Pendulum, where time limits end every
+    # episode and SB3 bootstraps them, with the RL Zoo's PyTorch-default init and log-std of -2
+    AgentEntry("ppo_sb3", _ppo, None,
+               {"ppo_sb3": ["agent=ppo_sb3", "env=pendulum", "total_steps=512", "num_envs=2", "agent.n_steps=64",
+                            "agent.num_minibatches=4", "agent.update_epochs=2", "eval_every=512", "network.hidden=[32,32]",
+                            "network.ortho_init=false", "agent.log_std_init=-2.0"]},
+               discrete=True, rollouts=True),
     AgentEntry("ga", _ga, None,
                {"ga": ["agent=ga", "env=cartpole", "agent.population=8", "network.hidden=[8]", "total_steps=1500",
                        "eval_every=1500"]},

@@ -129,7 +129,8 @@ def test_every_combination_composes_and_instantiates(make_cfg, agent, network, b
     # would be most of such a run's; its XLA update runs in test_agents' fused check and test_crossq's resume
     compile = "graph" if (agent, network, buffer, env) in GRAPH else "eager"
     extra = {"ga": ["agent.population=3"], "crossq": [f"speed.compile={compile}"],
-             "ppo": ["agent.n_steps=4", "agent.num_minibatches=2", "agent.update_epochs=2"], "a2c": ["agent.n_steps=4"],
+             **dict.fromkeys(("ppo", "ppo_sb3"), ["agent.n_steps=4", "agent.num_minibatches=2", "agent.update_epochs=2"]),
+             "a2c": ["agent.n_steps=4"],
              **{name: ["agent.enc_horizon=2", *(f"network.{k}=16" for k in ("zs_dim", "za_dim", "zsa_dim",
                                                                              "encoder_hidden", "value_hidden",
                                                                              "policy_hidden"))] for name in MRQ_AGENTS}

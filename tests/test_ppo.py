@@ -117,6 +117,44 @@ def test_on_images_policy_and_value_share_one_trunk_initialized_orthogonally_wit
     assert model.output_shape == [(None, 3), (None, 1)]  # the logits, the value
 
 
+def test_sb3s_init_without_ortho_init_is_pytorchs_linear_default_and_the_log_std_starts_where_set():
+    """network.ortho_init=false (the RL Zoo's MuJoCo PPO): every layer's kernel and bias uniform in
+    +-1/sqrt(fan_in), PyTorch's nn.Linear default, not orthogonal; agent.log_std_init=-2: the
+    Gaussian's std starts at e^-2, in acting's samples and in the update's log-density."""
+    ppo = PPO((4,), PPONetworks(hidden=[256, 256], activation="relu", ortho_init=False), np.random.default_rng(0),
+              action_low=np.array([-1.0, -1.0]), action_high=np.array([1.0, 1.0]), n_steps=8, log_std_init=-2.0)
+    layers = {layer.name: layer for layer in ppo.model.layers if layer.weights}
+    assert sorted(layers) == ["actor_hidden0", "actor_hidden1", "actor_out", "critic_hidden0", "critic_hidden1", "critic_out"]
+    for name, layer in layers.items():
+        w, b = (v.numpy() for v in layer.weights)
+        bound = 1 / math.sqrt(w.shape[0])
+        assert np.abs(w).max() <= bound and np.abs(b).max() <= bound and b.any(), name
+        # uniform on [-bound, bound]: variance bound^2 / 3 (orthogonal columns of gain g have g^2 / fan_in)
+        assert abs(w.var() / (bound**2 / 3) - 1) < 0.1, name
+    assert layers["actor_hidden0"].activation.__name__ == "relu"
+    np.testing.assert_array_equal(ppo.log_std.numpy(), [-2.0, -2.0])
+    obs = np.zeros((4096, 4), np.float32)
+    action, log_prob, _ = ppo.step(obs)
+    mean = ppo.model(obs[:1])[0].numpy()[0]
+    np.testing.assert_allclose(np.std(action - mean, axis=0), [math.exp(-2)] * 2, rtol=0.05)
+    by_hand = np.sum(-0.5 * ((action - mean) / math.exp(-2)) ** 2 + 2.0 - 0.5 * math.log(2 * math.pi), axis=1)
+    np.testing.assert_allclose(log_prob, by_hand, rtol=1e-4, atol=1e-4)
+
+
+def test_sb3s_ppo_and_the_rl_zoos_tuned_mujoco_settings_compose(make_cfg):
+    """agent=ppo_sb3 is SB3's PPO; with env=halfcheetah, the RL Zoo's tuned HalfCheetah (hyperparams/ppo.yml)."""
+    sb3 = make_cfg("agent=ppo_sb3", "env=cartpole")
+    assert (sb3.agent.anneal_lr, sb3.agent.clip_vloss, sb3.agent.bootstrap_truncation, sb3.agent.vf_coef) == (False, False, True, 1.0)
+    assert sb3.network.obs_norm is False and sb3.agent.normalize_reward is False and sb3.network.ortho_init is True
+    zoo = make_cfg("agent=ppo_sb3", "env=halfcheetah")
+    assert (zoo.gamma, zoo.agent.n_steps, zoo.agent.num_minibatches, zoo.agent.update_epochs) == (0.98, 512, 8, 20)
+    assert (zoo.agent.lr, zoo.agent.clip_coef, zoo.agent.gae_lambda, zoo.agent.max_grad_norm) == (2.0633e-05, 0.1, 0.92, 0.8)
+    assert zoo.agent.vf_coef == 2 * 0.58096 and zoo.agent.ent_coef == 0.000401762 and zoo.agent.log_std_init == -2.0
+    assert (zoo.network.ortho_init, zoo.network.activation, list(zoo.network.hidden)) == (False, "relu", [256, 256])
+    assert zoo.network.obs_norm and zoo.agent.normalize_reward
+    assert make_cfg("agent=ppo", "env=halfcheetah").agent.lr == 3e-4  # CleanRL's PPO keeps its own
+
+
 @pytest.mark.parametrize("kind", ["discrete", "continuous", "images"])
 def test_actings_log_probability_is_the_updates(kind):
     """The log-probabilities stored in a rollout (numpy; on images, the convolutions too) are those
@@ -321,6 +359,8 @@ def test_normalized_observations_are_clipped_in_numpy_and_in_the_export():
     (["buffer=prioritized"], "keeps no replay buffer"),
     (["network=mlp"], "network=ppo"),
     (["agent.clip_coef=0"], "agent.clip_coef must be > 0"),
+    (["agent.log_std_init=abc"], "agent.log_std_init must be a number"),
+    (["network.ortho_init=maybe"], "network.ortho_init must be true or false"),
 ])
 def test_bad_settings_are_named(cli, tmp_path, overrides, problem):
     proc = cli.train(tmp_path, "agent=ppo", "env=cartpole", *overrides)

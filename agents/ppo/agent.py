@@ -45,7 +45,7 @@ class PPO:
                  clip_vloss: bool = True, norm_adv: bool = True, ent_coef: float = 0.0, vf_coef: float = 0.5,
                  max_grad_norm: float = 0.5, target_kl: float | None = None, bootstrap_truncation: bool = False,
                  normalize_reward: bool = False, deterministic_eval: bool = True, optimizer: str = "adam",
-                 optimizer_eps: float = 1e-5):
+                 optimizer_eps: float = 1e-5, log_std_init: float = 0.0):
         if not isinstance(network, PPONetworks):
             raise ValueError("agent=ppo builds its actor and critic from network=ppo (its default), "
                              f"not {type(network).__name__}; leave the network group out of the command")
@@ -78,7 +78,10 @@ class PPO:
         self._tf_rng = tf.random.Generator.from_seed(tf_seed(rng))
         self.model = network.policy_value(self.obs_shape, self.action_dim)  # obs -> [policy outputs, value]
         self.obs_dtype = self.model.inputs[0].dtype  # float32 vectors, uint8 images
-        self.log_std = tf.Variable(tf.zeros([self.action_dim]), name="log_std") if not self.discrete else None
+        log_std_init = checks.number(log_std_init, "log_std_init", "a number (0 in CleanRL and SB3; -2 in the RL Zoo's "
+                                     "MuJoCo PPO)", lambda x: True)
+        self.log_std = (None if self.discrete else
+                        tf.Variable(tf.fill([self.action_dim], float(log_std_init)), name="log_std"))
         self._vars = self.model.trainable_variables + ([self.log_std] if self.log_std is not None else [])
         eps = checks.number(optimizer_eps, "optimizer_eps", "> 0 (1e-5 in CleanRL's PPO and SB3's A2C)", lambda x: x > 0)
         if optimizer not in OPTIMIZERS:

@@ -3,7 +3,8 @@ means, or logits) with the value after them, as CleanRL builds them. Vector obse
 separate actor and critic MLP (ppo.py, ppo_continuous_action.py); images a Nature CNN trunk that
 both heads share (ppo_atari.py). Every layer is initialized orthogonally with zero biases, gain
 sqrt(2) in the hidden layers, 0.01 on the policy's output and 1 on the value's (CleanRL's
-`layer_init`; SB3's `ortho_init`). One model of both lets acting run the trunk once a step in numpy
+`layer_init`; SB3's `ortho_init`), or with `ortho_init=False` as PyTorch's nn.Linear default (kernel
+and bias U(+-1/sqrt(fan_in)), SB3's `ortho_init=False`, which the RL Zoo's tuned MuJoCo PPO uses). One model of both lets acting run the trunk once a step in numpy
 (agents/acting.py) and the update once a minibatch."""
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Sequence
 import keras
 
 from networks.cnn import Conv2D, check_convs, image_shape, scaled_input
-from networks.mlp import Dense, check_width
+from networks.mlp import Dense, check_width, dense
 
 ACTIVATIONS = ("tanh", "relu")
 NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
@@ -24,17 +25,26 @@ def orthogonal(gain: float) -> dict:
     return dict(kernel_initializer=keras.initializers.Orthogonal(gain=gain), bias_initializer="zeros")
 
 
-def mlp_branch(x, output_dim: int, hidden: Sequence[int], activation: str, output_gain: float, name: str):
+def mlp_branch(x, output_dim: int, hidden: Sequence[int], activation: str, output_gain: float, name: str,
+               ortho_init: bool = True):
+    def layer(units, fan_in, gain, **kwargs):
+        if ortho_init:
+            return Dense(units, **orthogonal(gain), **kwargs)
+        return dense(units, fan_in, "torch", **kwargs)
+
+    fan_in = x.shape[-1]
     for i, width in enumerate(hidden):
-        x = Dense(width, activation=activation, name=f"{name}_hidden{i}", **orthogonal(HIDDEN_GAIN))(x)
-    return Dense(output_dim, name=f"{name}_out", **orthogonal(output_gain))(x)
+        x = layer(width, fan_in, HIDDEN_GAIN, activation=activation, name=f"{name}_hidden{i}")(x)
+        fan_in = width
+    return layer(output_dim, fan_in, output_gain, name=f"{name}_out")(x)
 
 
-def policy_value_mlp(obs_dim: int, outputs: int, hidden: Sequence[int], activation: str) -> keras.Model:
+def policy_value_mlp(obs_dim: int, outputs: int, hidden: Sequence[int], activation: str,
+                     ortho_init: bool = True) -> keras.Model:
     """A separate actor and critic MLP on the same observation."""
     obs = keras.Input((obs_dim,), name="obs")
-    actor = mlp_branch(obs, outputs, hidden, activation, 0.01, "actor")
-    critic = mlp_branch(obs, 1, hidden, activation, 1.0, "critic")
+    actor = mlp_branch(obs, outputs, hidden, activation, 0.01, "actor", ortho_init)
+    critic = mlp_branch(obs, 1, hidden, activation, 1.0, "critic", ortho_init)
     return keras.Model(obs, [actor, critic], name="ppo")
 
 
@@ -59,21 +69,28 @@ def policy_value_cnn(shape: tuple[int, int, int], outputs: int, convs: Sequence[
 
 class PPONetworks:
     """The builder of PPO's policy-value model: for vectors, actor and critic MLPs of `hidden` with
-    `activation`; for images (H, W, C), the trunk of `convs` and `features` shared by both heads."""
+    `activation`; for images (H, W, C), the trunk of `convs` and `features` shared by both heads.
+    `ortho_init`: orthogonal layers (CleanRL, SB3's default), or PyTorch's default (vectors only)."""
 
     def __init__(self, hidden: Sequence[int] = (64, 64), activation: str = "tanh",
-                 convs: Sequence[Sequence[int]] = NATURE_CONVS, features: int = 512):
+                 convs: Sequence[Sequence[int]] = NATURE_CONVS, features: int = 512, ortho_init: bool = True):
         self.hidden = [check_width(w, "hidden", "64 in CleanRL and SB3") for w in hidden]
         if activation not in ACTIVATIONS:
             raise ValueError(f"network.activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
         self.activation = activation
         self.convs = check_convs(convs)
         self.features = check_width(features, "features", "512 in CleanRL's Atari PPO")
+        if not isinstance(ortho_init, bool):
+            raise ValueError(f"network.ortho_init must be true or false, got {ortho_init!r}")
+        self.ortho_init = ortho_init
 
     def policy_value(self, obs_shape: Sequence[int], outputs: int) -> keras.Model:
         """obs -> [policy outputs (B, `outputs`), value (B, 1)]."""
         if len(obs_shape) == 1:
-            return policy_value_mlp(int(obs_shape[0]), outputs, self.hidden, self.activation)
+            return policy_value_mlp(int(obs_shape[0]), outputs, self.hidden, self.activation, self.ortho_init)
+        if not self.ortho_init:
+            raise ValueError("network.ortho_init=false is for vector observations (the RL Zoo's MuJoCo PPO); PPO's "
+                             "image network is CleanRL's, initialized orthogonally: leave network.ortho_init=true")
         return policy_value_cnn(image_shape(obs_shape), outputs, self.convs, self.features)
 
     def __call__(self, *args, name: str = "network", **kwargs):
