@@ -1,4 +1,4 @@
-"""Stable-Baselines3's TD3, DDPG, SAC or DQN (and sb3-contrib's CrossQ), trained with the settings of the train.py run that the
+"""Stable-Baselines3's TD3, DDPG, SAC, DQN or PPO (and sb3-contrib's CrossQ), trained with the settings of the train.py run that the
 same overrides compose, and written as a run directory that aggregate.py reads: the reference check
 of tfrl's learning. Runs in SB3's venv (`bash benchmarks/setup_sb3.sh`):
 
@@ -23,6 +23,15 @@ reset is seeded with seed + 100, written to eval.csv with train.py's columns.
 - CrossQ (sb3-contrib): one learning rate, the policy delay, the temperature's initial value and
   the target entropy, the actor's and the critics' sizes (`net_arch` pi and qf), and Batch
   Renormalization's momentum, epsilon and warm-up; Adam's beta_1 is sb3-contrib's 0.5.
+- PPO (agent=ppo_sb3, and the RL Zoo's tuned MuJoCo settings it takes with a MuJoCo env): rollout
+  length and envs (DummyVecEnv, seeds seed + i), minibatch size (the rollout over
+  `agent.num_minibatches`), epochs, learning rate (linear in the progress left when annealed), gamma,
+  GAE lambda, clip range, advantage normalization, entropy and value weights (train.py's vf_coef
+  carries CleanRL's 0.5: SB3's is half of it), gradient clip, separate pi and vf MLPs with their
+  activation, `ortho_init` and `log_std_init`, and VecNormalize (observations and rewards, each
+  clipped at 10, with gamma) for `network.obs_norm` and `agent.normalize_reward`; evaluations act on
+  observations normalized with the statistics of the moment. CleanRL's value clipping, a target KL
+  and time limits as terminations are refused.
 - DQN: learning rate, Huber loss, gradient-norm clip, and epsilon's line: tfrl's starts at
   `eps_start` when learning starts and falls over `eps_decay_steps`, SB3's is a line over the whole
   run from step 0, so SB3 gets the same line extended back to step 0 (its epsilon before
@@ -66,9 +75,15 @@ def sb3_settings(cfg: DictConfig) -> tuple[str, dict]:
     has no equivalent. The activation is named in `policy_kwargs["activation"]`, and DQN's
     `max_grad_norm` is None for no clip; `build_model` turns them into SB3's `activation_fn` and inf."""
     agent = str(cfg.agent._target_).rsplit(".", 1)[-1].lower()
-    if agent not in ("td3", "ddpg", "sac", "crossq", "dqn"):
-        raise SettingError(f"agent {cfg.agent._target_}: only td3, ddpg, sac, crossq and dqn are compared with SB3 here")
+    if agent not in ("td3", "ddpg", "sac", "crossq", "dqn", "ppo"):
+        raise SettingError(f"agent {cfg.agent._target_}: only td3, ddpg, sac, crossq, dqn and ppo are compared with SB3 "
+                           f"here")
     problems = []
+    if agent == "ppo":
+        kwargs = _ppo_settings(cfg, problems)
+        if problems:
+            raise SettingError("; ".join(problems))
+        return agent, kwargs
     cnn = str(cfg.network._target_) == "networks.cnn.conv_net"
     if not (cnn or str(cfg.network._target_).endswith(("mlp.mlp", "mlp.dueling_mlp"))):
         problems.append(f"network {cfg.network._target_} (compare with network=mlp, or a conv_net CNN: nature_cnn, "
@@ -183,16 +198,63 @@ def _dqn_settings(cfg: DictConfig, phase_updates: int, problems: list[str]) -> d
     )
 
 
-def make_env(cfg: DictConfig, eval: bool = False) -> gym.Env:
+def _ppo_settings(cfg: DictConfig, problems: list[str]) -> dict:
+    """PPO's arguments (agent=ppo_sb3 composes SB3's own; conf/tuned/ppo_sb3_<env>.yaml the RL Zoo's),
+    with `normalize` for VecNormalize; what SB3 cannot reproduce is appended to `problems`."""
+    a, net = cfg.agent, cfg.network
+    if str(net._target_) != "agents.ppo.PPONetworks":
+        problems.append(f"network {net._target_} (PPO's networks are network=ppo's)")
+    if not a.bootstrap_truncation:
+        problems.append("agent.bootstrap_truncation=false (SB3 bootstraps a time limit with V(final obs): true)")
+    if a.clip_vloss:
+        problems.append("agent.clip_vloss=true (SB3's clip_range_vf clips the value, not CleanRL's max of two errors: "
+                        "compare with false)")
+    if a.target_kl is not None:
+        problems.append(f"agent.target_kl={a.target_kl} (SB3 checks it per minibatch at 1.5x: compare with null)")
+    if a.get("optimizer", "adam") != "adam" or float(a.get("optimizer_eps", 1e-5)) != 1e-5:
+        problems.append("agent.optimizer / optimizer_eps (SB3's PPO takes Adam with epsilon 1e-5)")
+    rollout = int(a.n_steps) * int(cfg.num_envs)
+    if rollout % int(a.num_minibatches):
+        problems.append(f"agent.num_minibatches={a.num_minibatches} does not divide the rollout of {rollout}")
+    return dict(
+        n_envs=int(cfg.num_envs), n_steps=int(a.n_steps), batch_size=rollout // int(a.num_minibatches),
+        n_epochs=int(a.update_epochs), learning_rate=float(a.lr), anneal_lr=bool(a.anneal_lr),
+        gamma=float(cfg.gamma), gae_lambda=float(a.gae_lambda), clip_range=float(a.clip_coef),
+        normalize_advantage=bool(a.norm_adv), ent_coef=float(a.ent_coef),
+        vf_coef=float(a.vf_coef) / 2,  # SB3's loss is vf_coef x MSE; train.py's 0.5 x vf_coef x MSE (CleanRL's)
+        max_grad_norm=float(a.max_grad_norm),
+        policy_kwargs=dict(net_arch=dict(pi=[int(h) for h in net.hidden], vf=[int(h) for h in net.hidden]),
+                           activation=str(net.activation), ortho_init=bool(net.get("ortho_init", True)),
+                           log_std_init=float(a.get("log_std_init", 0.0))),
+        normalize=dict(norm_obs=bool(net.obs_norm), norm_reward=bool(a.normalize_reward), clip_obs=10.0,
+                       clip_reward=10.0, gamma=float(cfg.gamma)),
+        deterministic_eval=bool(a.deterministic_eval),
+        device="cpu", verbose=0,
+    )
+
+
+def make_env(cfg: DictConfig, eval: bool = False, index: int = 0) -> gym.Env:
     """The env train.py makes: its frames stacked (env.frame_stack), `env.eval_kwargs` over
-    `env.kwargs` for evaluation (Atari's whole games and unclipped scores)."""
+    `env.kwargs` for evaluation (Atari's whole games and unclipped scores); the `index`-th of several
+    seeded seed + index."""
     from envs.factory import make_env as make
     from training.config import frame_stack
 
     limit = (cfg.env.get("eval_max_episode_steps") if eval else None) or cfg.env.max_episode_steps
     kwargs = {**cfg.env.kwargs, **(cfg.env.get("eval_kwargs") or {} if eval else {})}
-    return make(cfg.env.id, int(cfg.seed), max_episode_steps=limit, kwargs=kwargs,
+    return make(cfg.env.id, int(cfg.seed) + index, max_episode_steps=limit, kwargs=kwargs,
                 frame_stack=frame_stack(cfg))
+
+
+def ppo_env(cfg: DictConfig, kwargs: dict, saved: str | None = None):
+    """PPO's `n_envs` envs in SB3's DummyVecEnv, behind VecNormalize with `kwargs["normalize"]` (or its
+    statistics saved in `saved`, to continue a run)."""
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    venv = DummyVecEnv([lambda i=i: make_env(cfg, index=i) for i in range(kwargs["n_envs"])])
+    if saved:
+        return VecNormalize.load(saved, venv)
+    return VecNormalize(venv, **kwargs["normalize"])
 
 
 def conv_features(net: dict, image_shape: tuple[int, int, int]):
@@ -236,13 +298,17 @@ def conv_features(net: dict, image_shape: tuple[int, int, int]):
 
 
 class SB3Policy:
-    """SB3's deterministic policy behind the Agent protocol's `act`, for training/evaluation.py."""
+    """SB3's deterministic policy behind the Agent protocol's `act`, for training/evaluation.py; for
+    PPO on a VecNormalize, on observations normalized with the training statistics of the moment
+    (as train.py's evaluations), sampled when `deterministic` is false."""
 
-    def __init__(self, model):
-        self.model = model
+    def __init__(self, model, normalizer=None, deterministic: bool = True):
+        self.model, self.normalizer, self.deterministic = model, normalizer, deterministic
 
     def act(self, obs: np.ndarray, explore: bool) -> np.ndarray:
-        return self.model.predict(obs, deterministic=not explore)[0]
+        if self.normalizer is not None:
+            obs = self.normalizer.normalize_obs(obs)
+        return self.model.predict(obs, deterministic=self.deterministic and not explore)[0]
 
 
 def build_model(cfg: DictConfig, agent: str, kwargs: dict, env: gym.Env):
@@ -258,6 +324,15 @@ def build_model(cfg: DictConfig, agent: str, kwargs: dict, env: gym.Env):
         policy = "CnnPolicy"
         policy_kwargs["features_extractor_class"] = conv_features(net, tuple(env.observation_space.shape))
     model_kwargs = {**kwargs, "policy_kwargs": policy_kwargs}
+    if agent == "ppo":
+        from stable_baselines3 import PPO
+
+        policy_kwargs.update(ortho_init=net["ortho_init"], log_std_init=net["log_std_init"])
+        for key in ("n_envs", "normalize", "deterministic_eval", "anneal_lr"):
+            model_kwargs.pop(key)
+        if kwargs["anneal_lr"]:  # linear in the progress left, to 0 at the end (SB3's schedule)
+            model_kwargs["learning_rate"] = lambda left, lr=kwargs["learning_rate"]: lr * left
+        return PPO("MlpPolicy", env, seed=int(cfg.seed), **model_kwargs)
     if agent == "dqn":
         model_kwargs["max_grad_norm"] = kwargs["max_grad_norm"] or float("inf")  # SB3 always clips
         model = DQN(policy, env, seed=int(cfg.seed), **model_kwargs)
@@ -284,21 +359,28 @@ def train(cfg: DictConfig, run_dir: str, agent: str, kwargs: dict) -> dict:
 
     if cfg.sb3.threads:
         torch.set_num_threads(int(cfg.sb3.threads))
-    env, eval_env = make_env(cfg), make_env(cfg, eval=True)
-    model = build_model(cfg, agent, kwargs, env)
     saved = os.path.join(run_dir, "sb3_checkpoint")
-    start, wall_before = 0, 0.0
     # the same command with resume=auto continues the run (from a save whose state.json, written
     # last, is there: the one put in place, or one written whole but stopped before it was put in place)
     found = [d for d in (saved, saved + ".tmp") if os.path.exists(os.path.join(d, "state.json"))]
+    on_policy = agent == "ppo"
+    if on_policy:
+        env = ppo_env(cfg, kwargs, os.path.join(found[0], "vecnormalize.pkl") if found else None)
+    else:
+        env = make_env(cfg)
+    eval_env = make_env(cfg, eval=True)
+    model = build_model(cfg, agent, kwargs, env)
+    start, wall_before = 0, 0.0
     if found:
         with open(os.path.join(found[0], "state.json")) as f:
             state = json.load(f)
         start, wall_before = int(state["step"]), float(state["wall_time"])
         model = type(model).load(os.path.join(found[0], "model.zip"), env=env)
-        model.load_replay_buffer(os.path.join(found[0], "replay.pkl"))
+        if not on_policy:
+            model.load_replay_buffer(os.path.join(found[0], "replay.pkl"))
         print(f"continuing from the checkpoint at step {start}", flush=True)
-    policy = SB3Policy(model)
+    policy = (SB3Policy(model, env if kwargs["normalize"]["norm_obs"] else None, kwargs["deterministic_eval"])
+              if on_policy else SB3Policy(model))
     total, every = int(cfg.total_steps), int(cfg.eval_every)
     save_every = int(cfg.sb3.checkpoint_every or 0)
     # the evaluations up to the save's own step are kept: the callback evaluates before it saves
@@ -310,6 +392,8 @@ def train(cfg: DictConfig, run_dir: str, agent: str, kwargs: dict) -> dict:
                     log.record(self.num_timesteps)
                 if save_every and self.num_timesteps % save_every == 0 and self.num_timesteps < total:
                     save_sb3(saved, model, self.num_timesteps, time.perf_counter() - log.t0)
+                if on_policy:  # whole rollouts up to total_steps or past it, as train.py's
+                    return True
                 # SB3 collects whole phases of train_freq steps; stop at total_steps as train.py
                 # does, without the phase the rest would have reached
                 return self.num_timesteps < total or total % kwargs["train_freq"] == 0
@@ -323,7 +407,7 @@ def train(cfg: DictConfig, run_dir: str, agent: str, kwargs: dict) -> dict:
 
 
 def save_sb3(saved: str, model, step: int, wall: float) -> None:
-    """The model (weights, optimizers, schedules) and its replay buffer, written apart and then put in
+    """The model (weights, optimizers, schedules) and its replay buffer (PPO: its VecNormalize), written apart and then put in
     place, so a run stopped while saving continues from the checkpoint before. What it does not keep:
     the env's episode in progress (a continued run starts a new one) and the random streams, so a
     continued run is the same algorithm and settings, not the same numbers."""
@@ -331,7 +415,10 @@ def save_sb3(saved: str, model, step: int, wall: float) -> None:
     shutil.rmtree(partial, ignore_errors=True)
     os.makedirs(partial)
     model.save(os.path.join(partial, "model.zip"))
-    model.save_replay_buffer(os.path.join(partial, "replay.pkl"))
+    if hasattr(model, "replay_buffer"):
+        model.save_replay_buffer(os.path.join(partial, "replay.pkl"))
+    else:  # PPO: its VecNormalize's statistics
+        model.get_env().save(os.path.join(partial, "vecnormalize.pkl"))
     with open(os.path.join(partial, "state.json"), "w") as f:
         json.dump({"step": step, "wall_time": wall}, f)
     shutil.rmtree(saved, ignore_errors=True)

@@ -116,6 +116,12 @@ STUDIES: dict[str, tuple[str, list[Run]]] = {
                      ["total_steps=1000000", "eval_every=100000"])
                 + grid(["tfrl"], "ppo", [("cartpole", ["env=cartpole"])], range(3),
                        ["total_steps=500000", "eval_every=50000"]))),
+    "ppo_sb3": (
+        "SB3's PPO (agent=ppo_sb3), tfrl against SB3 itself, both with the RL Zoo's tuned Hopper settings "
+        "(conf/tuned/ppo_sb3_hopper.yaml: 512-step rollouts, 5 epochs of 16 minibatches, VecNormalize, PyTorch's "
+        "init, log-std from -2) on Hopper-v4, 1M steps",
+        grid(["tfrl", "sb3"], "ppo_sb3", [("hopper_v4", ["env=hopper", "env.id=Hopper-v4"])], range(3),
+             ["total_steps=1000000", "eval_every=50000"])),
 }
 
 

@@ -184,6 +184,25 @@ def test_sb3_learning_gives_sb3_contribs_crossq_the_same_settings():
         module.sb3_settings(_compose_sb3("agent=crossq", "agent.beta_1=0.9"))
 
 
+def test_sb3_learning_gives_ppo_the_rl_zoos_settings_that_train_py_composes():
+    """agent=ppo_sb3 env=hopper: the RL Zoo's tuned Hopper (batch_size 32 of 512 steps, SB3's vf_coef
+    half of train.py's, VecNormalize with gamma); CleanRL's PPO (agent=ppo) is refused, naming why."""
+    module = _sb3_learning()
+    agent, kwargs = module.sb3_settings(_compose_sb3("agent=ppo_sb3", "env=hopper"))
+    assert agent == "ppo"
+    assert (kwargs["n_envs"], kwargs["n_steps"], kwargs["batch_size"], kwargs["n_epochs"]) == (1, 512, 32, 5)
+    assert (kwargs["learning_rate"], kwargs["anneal_lr"], kwargs["gamma"], kwargs["gae_lambda"]) == (9.80828e-05, False, 0.999, 0.99)
+    assert (kwargs["vf_coef"], kwargs["ent_coef"], kwargs["clip_range"], kwargs["max_grad_norm"]) == (0.835671, 0.00229519, 0.2, 0.7)
+    assert kwargs["policy_kwargs"] == {"net_arch": {"pi": [256, 256], "vf": [256, 256]}, "activation": "relu",
+                                       "ortho_init": False, "log_std_init": -2.0}
+    assert kwargs["normalize"] == {"norm_obs": True, "norm_reward": True, "clip_obs": 10.0, "clip_reward": 10.0,
+                                   "gamma": 0.999}
+    with pytest.raises(module.SettingError) as err:
+        module.sb3_settings(_compose_sb3("agent=ppo", "env=hopper", "agent.target_kl=0.02"))
+    for what in ("bootstrap_truncation=false", "clip_vloss=true", "target_kl=0.02"):
+        assert what in str(err.value), what
+
+
 def test_sb3_learning_refuses_what_sb3_cannot_reproduce_and_names_each():
     module = _sb3_learning()
     with pytest.raises(module.SettingError) as err:
