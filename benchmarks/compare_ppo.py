@@ -1,4 +1,4 @@
-"""tfrl's PPO against Stable-Baselines3's (and, given its script, CleanRL's), side by side on this
+"""tfrl's PPO against Stable-Baselines3's (and SBX's, and, given its script, CleanRL's), side by side on this
 machine: env steps/s of a rollout (collecting it and its whole update), the median of the rollouts
 after the first of each run. MuJoCo tasks run CleanRL's MuJoCo recipe on every side (1 env x 2048
 steps, 10 epochs of 32 minibatches, 64-64 tanh networks, observation and reward normalization);
@@ -10,6 +10,7 @@ spell hits all of them; the table gives the medians of the rounds and the ratios
     bash benchmarks/setup_sb3.sh        # once
     uv run python benchmarks/compare_ppo.py --env hopper --rounds 3 [--out labs/records/ppo_sb3_hopper.json]
     uv run python benchmarks/compare_ppo.py --env pong --rounds 3 --cleanrl /path/to/ppo_atari.py
+    uv run python benchmarks/compare_ppo.py --env hopper --rounds 3 --sbx --cleanrl /path/to/ppo_continuous_action.py
 
 `--cleanrl` takes a CleanRL script (ppo_continuous_action.py or ppo_atari.py) made to run in SB3's venv
 and to print one JSON line {"steps_per_second": ...} per iteration: labs/ppo_atari_speed/patch_cleanrl.py
@@ -28,6 +29,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SB3_PYTHON = os.path.join(ROOT, "benchmarks", ".venv-sb3", "bin", "python")
+SBX_PYTHON = os.path.join(ROOT, "benchmarks", ".venv-sbx", "bin", "python")
 MUJOCO = {"hopper": "Hopper-v5", "halfcheetah": "HalfCheetah-v5", "walker2d": "Walker2d-v5", "ant": "Ant-v5",
           "inverted_pendulum": "InvertedPendulum-v5"}
 ATARI = {"pong": "Pong", "breakout": "Breakout"}  # tfrl's env.game; SB3 and CleanRL take <game>NoFrameskip-v4
@@ -55,12 +57,13 @@ def env_id(env: str) -> str:
     return f"{ATARI[env]}NoFrameskip-v4" if env in ATARI else MUJOCO[env]
 
 
-def sb3_rate(env: str, rollouts: int, n_steps: int) -> float:
-    cmd = [SB3_PYTHON, "benchmarks/sb3_ppo_throughput.py", env_id(env), "--rollouts", str(rollouts), "--n-steps",
-           str(n_steps), *(["--atari"] if env in ATARI else [])]
+def sb3_rate(env: str, rollouts: int, n_steps: int, sbx: bool = False) -> float:
+    """SB3's PPO, or with `sbx` SBX's (its own venv)."""
+    cmd = [SBX_PYTHON if sbx else SB3_PYTHON, "benchmarks/sb3_ppo_throughput.py", env_id(env), "--rollouts",
+           str(rollouts), "--n-steps", str(n_steps), *(["--atari"] if env in ATARI else []), *(["--sbx"] if sbx else [])]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=3600)
     if proc.returncode:
-        sys.exit(f"error: SB3's run failed:\n{proc.stderr[-3000:]}")
+        sys.exit(f"error: {'SBX' if sbx else 'SB3'}'s run failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])["steps_per_second"]
 
 
@@ -87,11 +90,16 @@ def main() -> None:
     p.add_argument("--rollouts", type=int, default=5, help="timed rollouts per run, after a first one")
     p.add_argument("--n-steps", type=int, default=2048, help="MuJoCo's rollout per env (Atari's is 128)")
     p.add_argument("--cleanrl", help="a CleanRL script patched to print its rate (see above); left out if not given")
+    p.add_argument("--sbx", action="store_true", help="SBX's PPO too (MuJoCo; its venv: bash benchmarks/setup_sbx.sh)")
     p.add_argument("--out", help="write the record here (JSON)")
     a = p.parse_args()
     if not os.path.exists(SB3_PYTHON):
         sys.exit(f"error: {SB3_PYTHON} does not exist; make SB3's venv first: bash benchmarks/setup_sb3.sh")
+    if a.sbx and (a.env in ATARI or not os.path.exists(SBX_PYTHON)):
+        sys.exit("error: --sbx times SBX's PPO on MuJoCo tasks, in its venv (bash benchmarks/setup_sbx.sh)")
     sides = {"tfrl": lambda: tfrl_rate(a.env, a.rollouts, a.n_steps), "sb3": lambda: sb3_rate(a.env, a.rollouts, a.n_steps)}
+    if a.sbx:
+        sides["sbx"] = lambda: sb3_rate(a.env, a.rollouts, a.n_steps, sbx=True)
     if a.cleanrl:
         sides["cleanrl"] = lambda: cleanrl_rate(a.cleanrl, a.env, a.rollouts, a.n_steps)
     rounds = []

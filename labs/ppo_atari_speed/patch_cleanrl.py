@@ -1,11 +1,13 @@
-"""Make a scratch copy of CleanRL's ppo_atari.py that runs in SB3's venv (benchmarks/setup_sb3.sh, with
-tyro added) and prints its rate, for benchmarks/compare_ppo.py --cleanrl. The edits only adapt it: its
-TensorBoard writer becomes a CSV writer (tensorboard is not in that venv), the ALE's envs are
-registered and the two wrappers gymnasium 1.x renamed are called by their new names, and each
-iteration prints {"iteration": i, "steps_per_second": batch / seconds} (collect + update). The
-algorithm is untouched.
+"""Make a scratch copy of CleanRL's ppo_atari.py (or, given as a third argument, ppo_continuous_action.py)
+that runs in SB3's venv (benchmarks/setup_sb3.sh, with tyro added) and prints its rate, for
+benchmarks/compare_ppo.py --cleanrl. The edits only adapt it: its TensorBoard writer becomes a CSV writer
+(tensorboard is not in that venv); for Atari the ALE's envs are registered and the two wrappers
+gymnasium 1.x renamed are called by their new names; for MuJoCo the observation clip's wrapper is given
+the space gymnasium 1.x asks for; and each iteration prints {"iteration": i, "steps_per_second": batch /
+seconds} (collect + update). The algorithm is untouched.
 
     python labs/ppo_atari_speed/patch_cleanrl.py /path/to/cleanrl /tmp/cleanrl_atari
+    python labs/ppo_atari_speed/patch_cleanrl.py /path/to/cleanrl /tmp/cleanrl_mujoco ppo_continuous_action.py
     benchmarks/.venv-sb3/bin/pip install tyro
 """
 from __future__ import annotations
@@ -14,12 +16,13 @@ import os
 import shutil
 import sys
 
-WRITER = '''import csv as _csv
-import json as _json
-
-import ale_py
+ALE = '''import ale_py
 
 gym.register_envs(ale_py)
+'''
+
+WRITER = '''import csv as _csv
+import json as _json
 
 
 class SummaryWriter:  # scalars to a CSV: tensorboard is not in this venv
@@ -38,34 +41,46 @@ class SummaryWriter:  # scalars to a CSV: tensorboard is not in this venv
         self.f.close()
 '''
 
-EDITS = [
-    ("from torch.utils.tensorboard import SummaryWriter\n", ""),
-    ("from cleanrl_utils.atari_wrappers import", WRITER + "\n\nfrom cleanrl_utils.atari_wrappers import"),
-    ("gym.wrappers.GrayScaleObservation(env)", "gym.wrappers.GrayscaleObservation(env)"),
-    ("gym.wrappers.FrameStack(env, 4)", "gym.wrappers.FrameStackObservation(env, 4)"),
+TIMING = [
     ("    for iteration in range(1, args.num_iterations + 1):\n",
      "    for iteration in range(1, args.num_iterations + 1):\n        _t0 = time.perf_counter()\n"),
     ('        writer.add_scalar("charts/SPS"',
      '        print(_json.dumps({"iteration": iteration, "steps_per_second": args.batch_size / (time.perf_counter() - _t0)}), '
      'flush=True)\n        writer.add_scalar("charts/SPS"'),
 ]
+EDITS = {
+    "ppo_atari.py": [
+        ("from torch.utils.tensorboard import SummaryWriter\n", ""),
+        ("from cleanrl_utils.atari_wrappers import", ALE + WRITER + "\n\nfrom cleanrl_utils.atari_wrappers import"),
+        ("gym.wrappers.GrayScaleObservation(env)", "gym.wrappers.GrayscaleObservation(env)"),
+        ("gym.wrappers.FrameStack(env, 4)", "gym.wrappers.FrameStackObservation(env, 4)"),
+        *TIMING],
+    "ppo_continuous_action.py": [
+        ("from torch.utils.tensorboard import SummaryWriter\n", WRITER),
+        ("gym.wrappers.TransformObservation(env, lambda obs: np.clip(obs, -10, 10))",
+         "gym.wrappers.TransformObservation(env, lambda obs: np.clip(obs, -10, 10), env.observation_space)"),
+        *TIMING],
+}
 
 
 def main() -> None:
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4):
         sys.exit(__doc__)
-    checkout, out = sys.argv[1:]
-    with open(os.path.join(checkout, "cleanrl", "ppo_atari.py")) as f:
+    checkout, out = sys.argv[1:3]
+    script = sys.argv[3] if len(sys.argv) == 4 else "ppo_atari.py"
+    if script not in EDITS:
+        sys.exit(f"error: {script} is not one of the scripts this patches: {', '.join(EDITS)}")
+    with open(os.path.join(checkout, "cleanrl", script)) as f:
         text = f.read()
-    for old, new in EDITS:
+    for old, new in EDITS[script]:
         if text.count(old) != 1:
-            sys.exit(f"error: this CleanRL's ppo_atari.py does not have {old.strip()!r} once; patch it by hand")
+            sys.exit(f"error: this CleanRL's {script} does not have {old.strip()!r} once; patch it by hand")
         text = text.replace(old, new)
     os.makedirs(out, exist_ok=True)
     shutil.copytree(os.path.join(checkout, "cleanrl_utils"), os.path.join(out, "cleanrl_utils"), dirs_exist_ok=True)
-    with open(os.path.join(out, "ppo_atari.py"), "w") as f:
+    with open(os.path.join(out, script), "w") as f:
         f.write(text)
-    print(f"wrote {os.path.join(out, 'ppo_atari.py')}")
+    print(f"wrote {os.path.join(out, script)}")
 
 
 if __name__ == "__main__":
