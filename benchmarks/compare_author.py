@@ -1,7 +1,7 @@
-"""tfrl's TD7 or MR.Q against its author's own PyTorch code, side by side on this machine: whole-loop
+"""tfrl's TD7, MR.Q or DR.Q against its authors' own PyTorch code, side by side on this machine: whole-loop
 env steps/s of `train.py agent=<agent>` and of the agent's reference runner (benchmarks/td7_reference.py:
-the author's `TD7.Agent` in the author's loop; benchmarks/mrq_reference.py: the author's `MRQ.Agent` in
-the author's loop), on the same env with the same run length and learning_starts. The two run
+the author's `TD7.Agent` in the author's loop; benchmarks/mrq_reference.py: the author's `MRQ.Agent`, or
+DR.Q's authors' `DRQ.Agent`, in the author's loop), on the same env with the same run length and learning_starts. The two run
 alternately, `--rounds` times each, so that a busy spell on a shared machine hits both; the table
 gives the medians, the per-round values and the ratio of medians (tfrl / author).
 
@@ -10,6 +10,8 @@ gives the medians, the per-round values and the ratio of medians (tfrl / author)
     bash benchmarks/setup_author.sh mrq    # once: the author's MRQ.py and its modules (benchmarks/.mrq-ref)
     uv run python benchmarks/compare_author.py [--agent td7] [--env hopper] [--steps 8000] [--learning-starts 2000] [--rounds 3]
     uv run python benchmarks/compare_author.py --agent mrq --steps 1500 --learning-starts 1000 --rounds 3
+    bash benchmarks/setup_author.sh drq && uv run python benchmarks/compare_author.py --agent drq --steps 1500 \
+        --learning-starts 1000 --rounds 3
 
 Each run gets its own temporary hydra.run.dir and reports summary.json's `steps_per_second`: env steps
 over the wall time of the whole loop, evaluation included. To keep the evaluation from dominating,
@@ -22,7 +24,7 @@ episode end are done together when an episode ends), so the steps/s of a run inc
 updates of the episodes finished by its end, and none for the steps of an episode still running
 then. Both act at random until the first episode end past learning_starts and train first at the
 end of the next episode, so the two do the same updates (the round lines and the JSON give each
-run's count). MR.Q: both act at random and do not train for the first learning_starts steps, then
+run's count). MR.Q and DR.Q: both act at random and do not train for the first learning_starts steps, then
 update once per env step. Writes labs/records/<agent>_comparison.json (or `--out`), one case
 per env, keeping the cases of other envs that file already holds.
 """
@@ -39,7 +41,10 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.compare_sb3 import HERE, PYTHONS, ROOT, SETUP, write_report
 
-REFERENCES = {"td7": ".td7-ref", "mrq": ".mrq-ref"}  # the copies of the authors' code that setup_<agent>.sh makes
+# the copies of the authors' code that setup_author.sh makes, the runner of each and its thread setting
+REFERENCES = {"td7": (".td7-ref", "td7_reference.py", "td7_author"),
+              "mrq": (".mrq-ref", "mrq_reference.py", "mrq_author"),
+              "drq": (".drq-ref", "mrq_reference.py", "mrq_author")}  # DR.Q's authors' code, MR.Q's loop
 
 
 def run(cmd: list[str], overrides: list[str]) -> dict:
@@ -67,7 +72,8 @@ def main() -> None:
                    help="more overrides for tfrl's train.py (speed.update_precision=bfloat16)")
     a = p.parse_args()
     out = a.out or os.path.join(ROOT, "labs", "records", f"{a.agent}_comparison.json")
-    ref = os.path.join(HERE, REFERENCES[a.agent])
+    ref_dir, runner, threads_key = REFERENCES[a.agent]
+    ref = os.path.join(HERE, ref_dir)
     if not os.path.exists(PYTHONS["sb3"]):
         print(f"error: no SB3 environment at {PYTHONS['sb3']}; create it with `{SETUP['sb3']}`.", file=sys.stderr)
         sys.exit(2)
@@ -79,9 +85,9 @@ def main() -> None:
     common = [f"agent={a.agent}", f"env={a.env}", f"total_steps={a.steps}", f"learning_starts={a.learning_starts}",
               f"eval_every={a.steps}", "eval_episodes=1"]
     ours_args = common + ["speed.threads.inter_op=1", f"speed.threads.intra_op={a.threads}", *a.tfrl]
-    author_args = common + [f"{a.agent}_author.threads={a.threads}"]
+    author_args = common + [f"{threads_key}.threads={a.threads}"]
     ours_cmd = [sys.executable, os.path.join(ROOT, "train.py")]
-    author_cmd = [PYTHONS["sb3"], os.path.join(HERE, f"{a.agent}_reference.py")]
+    author_cmd = [PYTHONS["sb3"], os.path.join(HERE, runner)]
     ours, author, ours_updates, author_updates = [], [], [], []
     for r in range(a.rounds):
         s = run(ours_cmd, ours_args)

@@ -1,12 +1,14 @@
 """The MR.Q author's own PyTorch code (github.com/facebookresearch/MRQ's `MRQ.Agent`, its
 hyper-parameters unchanged), trained by the loop of the author's main.py (`OnlineExperiment.run`) on
 the env and run length of the train.py run that the same overrides compose, and written as a run
-directory that aggregate.py reads: the reference check of tfrl's MR.Q. Runs in SB3's venv
-(`bash benchmarks/setup_sb3.sh`) on the author's files that `bash benchmarks/setup_author.sh mrq` copies
-into benchmarks/.mrq-ref:
+directory that aggregate.py reads: the reference check of tfrl's MR.Q. With `agent=drq`, the same for
+DR.Q's authors' code (github.com/dmksjfl/DR.Q's `DRQ.Agent`, MR.Q's code base with DR.Q's changes, whose
+main.py runs the same loop). Runs in SB3's venv (`bash benchmarks/setup_sb3.sh`) on the authors' files
+that `bash benchmarks/setup_author.sh mrq` (or `drq`) copies into benchmarks/.mrq-ref (.drq-ref):
 
     benchmarks/.venv-sb3/bin/python benchmarks/mrq_reference.py agent=mrq env=hopper seed=0 total_steps=100000 \\
         mrq_author.threads=1 hydra.run.dir=<dir>
+    benchmarks/.venv-sb3/bin/python benchmarks/mrq_reference.py agent=drq env=hopper env.id=Hopper-v4 ...
     uv run python train.py agent=mrq env=hopper seed=0 total_steps=100000
     uv run python aggregate.py <the run dirs of both> --by implementation=tfrl
 
@@ -40,36 +42,49 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REF = os.path.join(ROOT, "benchmarks", ".mrq-ref")  # setup_author.sh's copy of the author's MRQ/ files
+# agent choice -> setup_author.sh's copy of the authors' files, and their agent's module
+AUTHORS = {"mrq": (os.path.join(ROOT, "benchmarks", ".mrq-ref"), "MRQ"),
+           "drq": (os.path.join(ROOT, "benchmarks", ".drq-ref"), "DRQ")}
+REF = AUTHORS["mrq"][0]
 sys.path.insert(0, ROOT)  # conf/config.yaml's Hydra callbacks live in training/callbacks.py
 
 import hydra  # noqa: E402
 import numpy as np  # noqa: E402
 from hydra.core.config_store import ConfigStore  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
-from omegaconf import DictConfig  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from benchmarks.sb3_learning import EvalLog, finish, make_env, refuse  # noqa: E402
 
 # train.py's config and this script's keys, kept here rather than in conf/
 ConfigStore.instance().store(name="mrq_reference", node={
     "defaults": ["config", "_self_"],
-    "implementation": "mrq-author",  # aggregate.py --by implementation=tfrl tells these runs from train.py's
+    # aggregate.py --by implementation=tfrl tells these runs from train.py's (agent=drq: drq-author)
+    "implementation": "mrq-author",
     "mrq_author": {"threads": None,  # torch's intra-op threads; null = torch's default (one per core)
                    "checkpoint_every": 10000},  # env steps between saves of the author's agent and buffer
 })
 CHECKPOINT = "author_checkpoint"
 
 
-def author_mrq():
-    """The author's MRQ module from benchmarks/.mrq-ref and the commit it was copied at; None if absent."""
-    if not os.path.isfile(os.path.join(REF, "MRQ.py")):
-        return None, None
-    sys.path.insert(0, REF)  # MRQ.py imports its neighbours as `buffer`, `models`, `utils`
-    import MRQ
+def author_mrq(which: str = "mrq"):
+    """The authors' agent module (MRQ, or DR.Q's DRQ) from its copy and the commit it was copied at;
+    None if absent. One per process: both import their neighbours as `buffer`, `models`, `utils`."""
+    import importlib
 
-    with open(os.path.join(REF, "COMMIT")) as f:
-        return MRQ, f.read().strip()
+    ref, module = AUTHORS[which]
+    if not os.path.isfile(os.path.join(ref, f"{module}.py")):
+        return None, None
+    sys.path.insert(0, ref)
+    with open(os.path.join(ref, "COMMIT")) as f:
+        return importlib.import_module(module), f.read().strip()
+
+
+class NoWriter:
+    """The TensorBoard writer DR.Q's `train(writer)` logs a few scalars to: not kept here (eval.csv is)."""
+
+    def add_scalar(self, *args, **kwargs) -> None:
+        pass
 
 
 class MRQPolicy:
@@ -156,12 +171,13 @@ def author_step(agent, env, state):
         action = int(action) if agent.discrete else action
     next_state, reward, terminated, truncated, _ = env.step(action)
     agent.replay_buffer.add(state, action, next_state, reward, terminated, truncated)
-    agent.train()
+    agent.train(NoWriter()) if agent.name == "DR.Q" else agent.train()
     return next_state, terminated or truncated
 
 
-def train(cfg: DictConfig, run_dir: str, MRQ, commit: str) -> dict:
-    """Train the author's MR.Q as main.py's `OnlineExperiment.run` does, evaluating into run_dir/eval.csv."""
+def train(cfg: DictConfig, run_dir: str, MRQ, commit: str, which: str = "mrq") -> dict:
+    """Train the authors' MR.Q (or DR.Q) as main.py's `OnlineExperiment.run` does, evaluating into
+    run_dir/eval.csv."""
     import torch
 
     if cfg.mrq_author.threads:
@@ -186,8 +202,8 @@ def train(cfg: DictConfig, run_dir: str, MRQ, commit: str) -> dict:
                     save(run_dir, agent, t + 1, time.perf_counter() - log.t0, env)
                     next_ckpt = ((t + 1) // ckpt_every + 1) * ckpt_every
         log.record(total)
-    return {**log.summary(total), "implementation": "mrq-author", "agent": "mrq", "env": cfg.env.id,
-            "mrq_settings": {"commit": commit, "updates": agent.training_steps, "continued_from": start,
+    return {**log.summary(total), "implementation": f"{which}-author", "agent": which, "env": cfg.env.id,
+            f"{which}_settings": {"commit": commit, "updates": agent.training_steps, "continued_from": start,
                              "hyperparameters": dataclasses.asdict(agent.hp)},
             "torch_threads": torch.get_num_threads()}
 
@@ -195,11 +211,21 @@ def train(cfg: DictConfig, run_dir: str, MRQ, commit: str) -> dict:
 @hydra.main(version_base="1.3", config_path="../conf", config_name="mrq_reference")
 def main(cfg: DictConfig) -> None:
     run_dir = HydraConfig.get().runtime.output_dir
-    MRQ, commit = author_mrq()
+    which = HydraConfig.get().runtime.choices.get("agent")
+    if which not in AUTHORS:
+        refuse(run_dir, f"agent={which}: this runs the authors' MR.Q (agent=mrq) or DR.Q (agent=drq) code")
+    if which != "mrq" and cfg.implementation == "mrq-author":  # the label aggregate.py groups these runs by
+        saved = os.path.join(run_dir, ".hydra", "config.yaml")
+        if os.path.exists(saved):
+            record = OmegaConf.load(saved)
+            record.implementation = f"{which}-author"
+            OmegaConf.save(record, saved)
+    MRQ, commit = author_mrq(which)
     if MRQ is None:
-        refuse(run_dir, f"the author's MR.Q is not in {REF}: run `bash benchmarks/setup_author.sh mrq` "
-                        f"(SRC=<a clone of facebookresearch/MRQ> without network).")
-    finish(run_dir, train(cfg, run_dir, MRQ, commit))
+        repo = {"mrq": "facebookresearch/MRQ", "drq": "dmksjfl/DR.Q"}[which]
+        refuse(run_dir, f"the authors' {which} is not in {AUTHORS[which][0]}: run `bash benchmarks/setup_author.sh "
+                        f"{which}` (SRC=<a clone of {repo}> without network).")
+    finish(run_dir, train(cfg, run_dir, MRQ, commit, which))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,14 @@ a figure of the curves over the published mean and its 95% bootstrap band (and t
 RUN_DIRs are run directories of train.py, finished or not (their `eval.csv`). The published file is
 the MR.Q author's `results/<domain>_results.txt` at the pinned commit (`--results` for another file
 in that layout: an `Env: <task>` line, a header, then one row per step, one column per seed). Its
-steps are agent steps, as tfrl's `step`. The band is a percentile bootstrap of the seeds' mean
+steps are agent steps, as tfrl's `step`. A `.csv` file is read in DR.Q's layout (`results/drq.csv`,
+which `setup_author.sh drq` copies: one row per env_name, seed and env_step, metric avg_return),
+whose DMC steps count frames: `--frames-per-step 2` turns them into agent steps at the action repeat
+of 2 (its Gym steps are agent steps).
+
+    bash benchmarks/setup_author.sh drq
+    uv run python benchmarks/published.py --results benchmarks/.drq-ref/drq.csv --task cheetah_run \\
+        --frames-per-step 2 --every 10000 RUN_DIR ... The band is a percentile bootstrap of the seeds' mean
 (10,000 resamples, seeded), the mean's uncertainty over ten seeds, not the seeds' spread.
 """
 from __future__ import annotations
@@ -39,6 +46,20 @@ def read_published(path: str, task: str) -> dict[int, np.ndarray]:
     if not table:
         sys.exit(f"error: no task {task!r} in {path}; its tasks are the `Env:` lines of that file.")
     return table
+
+
+def read_published_csv(path: str, task: str, frames_per_step: int = 1) -> dict[int, np.ndarray]:
+    """{agent step: the seeds' returns} of `task` (its env_name) in DR.Q's results CSV."""
+    rows: dict[int, dict[int, float]] = {}
+    tasks = set()
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            tasks.add(row["env_name"])
+            if row["env_name"] == task and row["metric"] == "avg_return":
+                rows.setdefault(int(float(row["env_step"])) // frames_per_step, {})[int(row["seed"])] = float(row["value"])
+    if not rows:
+        sys.exit(f"error: no task {task!r} in {path}; its tasks: {', '.join(sorted(tasks))}.")
+    return {step: np.array([seeds[k] for k in sorted(seeds)]) for step, seeds in sorted(rows.items())}
 
 
 def read_run(run_dir: str) -> dict[int, float]:
@@ -102,13 +123,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--task", required=True, help="the `Env:` name in the results file (Dmc-walker-walk, Hopper-v4)")
     p.add_argument("--results", help="default: benchmarks/.mrq-ref/<dmc|gym|atari>_results.txt by the task's name")
     p.add_argument("--every", type=int, default=5000, help="the table's step spacing")
+    p.add_argument("--frames-per-step", type=int, default=1,
+                   help="a .csv's env_step units per agent step (DR.Q's DMC rows: 2)")
     p.add_argument("--figure", metavar="PNG")
     a = p.parse_args(argv)
     domain = "dmc" if a.task.startswith("Dmc-") else "atari" if a.task.startswith("Atari-") else "gym"
     path = a.results or os.path.join(RESULTS, f"{domain}_results.txt")
     if not os.path.exists(path):
-        sys.exit(f"error: {path} is missing; run `bash benchmarks/setup_author.sh mrq` (it copies the author's results/).")
-    published = read_published(path, a.task)
+        sys.exit(f"error: {path} is missing; run `bash benchmarks/setup_author.sh mrq` (or drq: they copy the "
+                 f"authors' results/).")
+    published = (read_published_csv(path, a.task, a.frames_per_step) if path.endswith(".csv")
+                 else read_published(path, a.task))
     runs = {os.path.basename(os.path.normpath(d)): read_run(d) for d in a.runs}
     print(table(published, runs, a.every))
     if a.figure:

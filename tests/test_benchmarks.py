@@ -503,3 +503,16 @@ def test_published_reads_an_authors_task_and_sets_runs_beside_its_seeds(tmp_path
     assert "| 5000 | 250.0 | 200.0 [" in text and "| 100.0-300.0 |" in text
     with pytest.raises(SystemExit, match="no task 'Dmc-c'"):
         published.read_published(str(results), "Dmc-c")
+
+
+def test_published_reads_dr_qs_csv_with_its_frames_as_agent_steps(tmp_path):
+    """DR.Q's results/drq.csv layout: rows by env_name, seed and env_step; DMC's env_step counts frames."""
+    published = _module("benchmarks/published.py", "published")
+    results = tmp_path / "drq.csv"
+    results.write_text(",exp_name,env_name,seed,metric,env_step,value\n0,drq,cheetah_run,1,avg_return,0,5.0\n"
+                       "1,drq,cheetah_run,0,avg_return,0,3.0\n2,drq,cheetah_run,0,avg_return,50000,300.0\n"
+                       "3,drq,cheetah_run,1,avg_return,50000,500.0\n4,drq,walker_walk,0,avg_return,0,9.0\n")
+    table = published.read_published_csv(str(results), "cheetah_run", frames_per_step=2)
+    assert sorted(table) == [0, 25000] and table[0].tolist() == [3.0, 5.0] and table[25000].tolist() == [300.0, 500.0]
+    with pytest.raises(SystemExit, match="its tasks: cheetah_run, walker_walk"):
+        published.read_published_csv(str(results), "hopper")
