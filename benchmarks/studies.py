@@ -116,6 +116,11 @@ STUDIES: dict[str, tuple[str, list[Run]]] = {
                      ["total_steps=1000000", "eval_every=100000"])
                 + grid(["tfrl"], "ppo", [("cartpole", ["env=cartpole"])], range(3),
                        ["total_steps=500000", "eval_every=50000"]))),
+    "drq_dmc": (
+        "DR.Q (tfrl, conf/tuned/drq_dmc.yaml) on DMC cheetah-run and walker-walk from states, 50k agent steps (100k "
+        "frames), beside the authors' published 10 seeds (dmksjfl/DR.Q results/drq.csv: `published.py --results "
+        "benchmarks/.drq-ref/drq.csv --frames-per-step 2`)",
+        grid(["tfrl"], "drq", DMC_TASKS, range(3), ["total_steps=50000"])),
     "ppo_sb3": (
         "SB3's PPO (agent=ppo_sb3), tfrl against SB3 itself, both with the RL Zoo's tuned Hopper settings "
         "(conf/tuned/ppo_sb3_hopper.yaml: 512-step rollouts, 5 epochs of 16 minibatches, VecNormalize, PyTorch's "
