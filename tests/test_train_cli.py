@@ -237,6 +237,27 @@ def test_unknown_group_option_names_the_choices(tmp_path, capsys, overrides, mes
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["agent=ppo", "agent.clip_range=0.1"], "`agent.clip_range=0.1`: agent=ppo has no setting 'clip_range'; clip_range "
+                                                "is another toolkit's name (SB3's or CleanRL's) for agent.clip_coef here"),
+        (["agent=ppo", "agent.batch_size=64"], "SB3's batch_size is a minibatch's size; here the rollout is cut into "
+                                               "agent.num_minibatches"),
+        (["agent=td3", "agent.batch_size=64"], "batch_size is not an agent setting here but the run's: set batch_size="),
+        (["agent=sac", "agent.learning_rate=1e-3"], "here each has its own: agent.actor_lr, agent.critic_lr, agent.alpha_lr"),
+        (["agent.tua=0.01"], "this agent (agent=td3, the default) has no setting 'tua'; did you mean agent.tau?"),
+        (["-m", "agent=td3,sac", "agent.alpha_lr=1e-3"], "agent=td3 has no setting 'alpha_lr'"),  # each of a sweep's
+    ],
+)
+def test_a_setting_the_agent_does_not_have_is_named_with_its_name_here(tmp_path, capsys, overrides, message):
+    proc = train_in_process(capsys, f"hydra.run.dir={tmp_path / 'run'}", *overrides)
+    assert proc.returncode == 2
+    assert message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and "not in struct" not in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_printed_commands_paste_back_for_a_run_dir_with_a_space_and_a_comma(tmp_path):
     """The follow-up commands a run prints are quoted for the shell and for Hydra's grammar: pasted
     into a shell as printed, the `extend` command continues the run in its own directory."""
