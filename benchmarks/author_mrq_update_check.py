@@ -6,6 +6,12 @@ each kind on both sides, their outputs and weight changes compared.
     bash benchmarks/setup_sb3.sh && bash benchmarks/setup_author.sh mrq      # once
     uv run python benchmarks/author_mrq_update_check.py       # the author's MR.Q after 1500 steps of Hopper-v5
     uv run python benchmarks/author_mrq_update_check.py --env ALE/Breakout-v5   # pixels and discrete actions
+    bash benchmarks/setup_author.sh drq && uv run python benchmarks/author_mrq_update_check.py --author drq
+
+`--author drq` runs DR.Q's authors' code (dmksjfl/DR.Q, `DRQ.Agent`: MR.Q's with an InfoNCE term in the
+encoder's loss, no termination term, no reward scaling, the multi-step return stopped at a termination
+and discounted into its own term) against tfrl's MR.Q with agent=drq's settings (conf/agent/drq.yaml
+and its network), the same way.
 
 This process is tfrl's side; it runs the author's side in SB3's venv on the author's files in
 benchmarks/.mrq-ref (this file, `--author-side`). That side trains the author's agent in the
@@ -47,6 +53,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks.mrq_reference import NoWriter  # noqa: E402
 from benchmarks.update_check import (Queued, author_arguments, reference_data, changes, layer_pairs,  # noqa: E402
                                      keras_weights, prefixed, relative, report, set_state, sub, torch_restore,
                                      torch_save, torch_state)
@@ -91,7 +98,8 @@ def author_updates(agent, data: dict, batches: int, order: np.ndarray, after: li
         try:
             q, q_target = agent.train_rl(rows(f"rl/{k}/obs"), rows(f"rl/{k}/action"), rows(f"rl/{k}/next_obs"),
                                          rows(f"rl/{k}/reward")[:, None], rows(f"rl/{k}/not_done")[:, None],
-                                         float(data["reward_scale"]), float(data["target_reward_scale"]))
+                                         float(data["reward_scale"]), float(data["target_reward_scale"]),
+                                         *([NoWriter()] if agent.name == "DR.Q" else []))
         finally:
             torch.randn_like, torch.Tensor.exponential_ = real, real_exponential
         unorder = np.argsort(order)  # the outputs in the written rows' order
@@ -111,13 +119,14 @@ def author_updates(agent, data: dict, batches: int, order: np.ndarray, after: li
     return out, saves
 
 
-def author_side(out: str, env_id: str, steps: int, learning_starts: int, batches: int, seed: int) -> None:
+def author_side(out: str, env_id: str, steps: int, learning_starts: int, batches: int, seed: int,
+                which: str = "mrq") -> None:
     import gymnasium as gym
     import torch
 
     from benchmarks.mrq_reference import author_agent, author_mrq, author_step
 
-    MRQ, _ = author_mrq()
+    MRQ, _ = author_mrq(which)
     torch.set_num_threads(1)
     if env_id.startswith("ALE/"):  # the author's Atari settings: 84x84 grey frames, 4 stacked, every 4th, sticky actions
         import ale_py
@@ -141,9 +150,12 @@ def author_side(out: str, env_id: str, steps: int, learning_starts: int, batches
             "terminates": np.float32(buf.env_terminates), "discount": np.float32(agent.discount),
             "max_action": np.float32(agent.max_action), "discrete": np.bool_(agent.discrete)}
     data.update(prefixed("start", author_state(agent)))
+    if which == "drq":  # its multi-step return's second term is the whole discount of the target
+        data["discount"] = np.float32(1.0)
     for k in range(batches):
         s, a, ns, r, nd = buf.sample(agent.Q_horizon, include_intermediate=False)
-        r, nd = MRQ.multi_step_reward(r, nd, agent.gammas)
+        r, nd = (MRQ.multi_step_reward(r, nd, agent.discount) if which == "drq"
+                 else MRQ.multi_step_reward(r, nd, agent.gammas))
         data.update({f"rl/{k}/obs": s.numpy().astype(image), f"rl/{k}/action": a.numpy(),
                      f"rl/{k}/next_obs": ns.numpy().astype(image), f"rl/{k}/reward": r.numpy()[:, 0],
                      f"rl/{k}/not_done": nd.numpy()[:, 0],
@@ -190,7 +202,22 @@ def tensors(fields) -> list:
     return [tf.constant(x if x.dtype in (np.uint8, np.int32) else np.asarray(x, np.float32)) for x in fields]
 
 
-def tfrl_side(data: dict, batches: int) -> tuple[list[dict], list[dict]]:
+def drq_agent(obs_shape: tuple, action_dim: int, discrete: bool, max_action: float):
+    """tfrl's MR.Q with agent=drq's settings (its agent and network config) for these spaces."""
+    import gymnasium as gym
+
+    from training.builder import build_agent
+    from training.config import compose_config
+
+    cfg = compose_config(["agent=drq", "env=dmc" if len(obs_shape) == 1 else "env=atari"])
+    obs_space = gym.spaces.Box(0, 255, obs_shape, np.uint8) if len(obs_shape) == 3 else \
+        gym.spaces.Box(-np.inf, np.inf, obs_shape, np.float32)
+    action_space = gym.spaces.Discrete(action_dim) if discrete else \
+        gym.spaces.Box(-max_action, max_action, (action_dim,), np.float32)
+    return build_agent(cfg, obs_space, action_space, np.random.default_rng(0))
+
+
+def tfrl_side(data: dict, batches: int, which: str = "mrq") -> tuple[list[dict], list[dict]]:
     import tensorflow as tf
 
     from agents.mrq import MRQ
@@ -199,7 +226,10 @@ def tfrl_side(data: dict, batches: int) -> tuple[list[dict], list[dict]]:
 
     obs, action_dim = data["rl/0/obs"], data["rl/0/action"].shape[1]
     pixels, discrete = obs.ndim == 4, bool(data.get("discrete", False))
-    if discrete:
+    if which == "drq":
+        agent = drq_agent(obs.shape[2:] + obs.shape[1:2] if pixels else obs.shape[1:], action_dim, discrete,
+                          float(data["max_action"]))
+    elif discrete:
         agent = MRQ(obs.shape[2:] + obs.shape[1:2] if pixels else obs.shape[1:], MRQNetworks(), np.random.default_rng(0),
                     num_actions=action_dim)
     else:
@@ -212,8 +242,9 @@ def tfrl_side(data: dict, batches: int) -> tuple[list[dict], list[dict]]:
     def actions(a):  # the author's one-hot or in [-1, 1], tfrl's stored index or in the env's units
         return a.argmax(-1).astype(np.int32) if discrete else a * float(data["max_action"])
     agent._tf_rng = Queued()
-    agent.reward_scale.assign(float(data["reward_scale"]))
-    agent.target_reward_scale.assign(float(data["target_reward_scale"]))
+    if which != "drq":  # DR.Q's authors keep the buffer's reward scale but never use it: tfrl's stays 1
+        agent.reward_scale.assign(float(data["reward_scale"]))
+        agent.target_reward_scale.assign(float(data["target_reward_scale"]))
     # tfrl's networks under the author's modules (its encoder schedule, the default: the encoder in use
     # is the one trained, against the encoder target)
     trained = [(layer_pairs(agent.value, LAYERS["value"]), "value", agent.value_optimizer),
@@ -261,19 +292,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=1500, help="env steps of the author's loop before the check")
     parser.add_argument("--learning-starts", type=int, default=1000)
+    parser.add_argument("--author", choices=("mrq", "drq"), default="mrq",
+                        help="MR.Q's author's code, or DR.Q's authors' against agent=drq's settings")
     author_arguments(parser, "updates of each kind to compare")
     args = parser.parse_args()
     if args.author_side:
-        author_side(args.author_side[0], args.env, args.steps, args.learning_starts, args.batches, args.seed)
+        author_side(args.author_side[0], args.env, args.steps, args.learning_starts, args.batches, args.seed, args.author)
         return
-    data = reference_data(__file__, args.author_data, os.path.isfile(os.path.join(REF, "MRQ.py")),
-                       "the author's MR.Q is not set up: run `bash benchmarks/setup_sb3.sh` and "
-                       "`bash benchmarks/setup_author.sh mrq` once, then this again.",
-                       ["--env", args.env, "--steps", str(args.steps), "--learning-starts", str(args.learning_starts), "--batches", str(args.batches),
-                        "--seed", str(args.seed)])
-    ours, floor = tfrl_side(data, int(data["batches"]))
-    sys.exit(report(f"{args.env}, the author's agent after {int(data['updates'])} updates; relative difference to the "
-                    f"author's update: tfrl's | the author's own with the rows reordered", ours, floor, args.tolerance))
+    from benchmarks.mrq_reference import AUTHORS
+
+    ref, module = AUTHORS[args.author]
+    data = reference_data(__file__, args.author_data, os.path.isfile(os.path.join(ref, f"{module}.py")),
+                          f"the authors' {args.author} is not set up: run `bash benchmarks/setup_sb3.sh` and "
+                          f"`bash benchmarks/setup_author.sh {args.author}` once, then this again.",
+                          ["--env", args.env, "--steps", str(args.steps), "--learning-starts", str(args.learning_starts),
+                           "--batches", str(args.batches), "--seed", str(args.seed), "--author", args.author])
+    ours, floor = tfrl_side(data, int(data["batches"]), args.author)
+    sys.exit(report(f"{args.env}, the {args.author} authors' agent after {int(data['updates'])} updates; relative "
+                    f"difference to the authors' update: tfrl's | the authors' own with the rows reordered", ours, floor,
+                    args.tolerance))
 
 
 if __name__ == "__main__":
