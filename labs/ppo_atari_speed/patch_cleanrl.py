@@ -12,6 +12,7 @@ seconds} (collect + update). The algorithm is untouched.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import sys
@@ -64,12 +65,12 @@ EDITS = {
 
 
 def main() -> None:
-    if len(sys.argv) not in (3, 4):
-        sys.exit(__doc__)
-    checkout, out = sys.argv[1:3]
-    script = sys.argv[3] if len(sys.argv) == 4 else "ppo_atari.py"
-    if script not in EDITS:
-        sys.exit(f"error: {script} is not one of the scripts this patches: {', '.join(EDITS)}")
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkout", help="a CleanRL checkout (its cleanrl/ and cleanrl_utils/)")
+    p.add_argument("out", help="where the patched copy goes")
+    p.add_argument("script", nargs="?", default="ppo_atari.py", choices=sorted(EDITS))
+    a = p.parse_args()
+    checkout, out, script = a.checkout, a.out, a.script
     with open(os.path.join(checkout, "cleanrl", script)) as f:
         text = f.read()
     for old, new in EDITS[script]:
