@@ -20,8 +20,7 @@ from training.checkpoints import Checkpointer, resolve_checkpoint, verify
 from training.config import ConfigError
 from training.evaluation import epsilon_greedy, evaluate
 from training.hub import write_model_folder
-from training.resume import load_run_config
-from training.runner import run_identity
+from training.resume import load_run_config, run_identity
 from training.seeding import seed_everything
 from training.speed import configure_devices
 

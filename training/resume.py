@@ -169,3 +169,16 @@ def resume_config(run_dir: str, overrides: list[str]) -> DictConfig:
     cfg.merge_with(OmegaConf.from_dotlist(kept))
     cfg.resume = run_dir
     return cfg
+
+
+def run_identity(cfg: DictConfig, run_dir: str) -> dict:
+    """Who a run is, for summary.json and aggregate.py: agent and env (the config group choices
+    when Hydra composed the run), seed, and the command-line overrides that made it."""
+    choices, overrides = hydra_record(run_dir)
+    return {
+        "agent": choices.get("agent") or cfg.agent._target_.rsplit(".", 1)[-1].lower(),
+        "env": env_label(choices, cfg.env.id, overrides, cfg.env.get("label")),
+        "env_id": cfg.env.id,
+        "seed": int(cfg.seed),
+        "overrides": [o for o in overrides if not o.startswith(("resume=", "hydra."))],
+    }

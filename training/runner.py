@@ -20,25 +20,12 @@ from training.families import family_of
 from training.faults import Diverged, check_finite
 from training.loggers import CSVLogger, MultiLogger
 from training.provenance import provenance
-from training.resume import env_label, hydra_record
+from training.resume import hydra_record, run_identity
 from training.run_logging import make_logger
 from training.runlock import RunDirLock
 from training.session import LoopHooks
 from training.speed import Speed
 from training.stopping import StopSignal
-
-
-def run_identity(cfg: DictConfig, run_dir: str) -> dict:
-    """Who a run is, for summary.json and aggregate.py: agent and env (the config group choices
-    when Hydra composed the run), seed, and the command-line overrides that made it."""
-    choices, overrides = hydra_record(run_dir)
-    return {
-        "agent": choices.get("agent") or cfg.agent._target_.rsplit(".", 1)[-1].lower(),
-        "env": env_label(choices, cfg.env.id, overrides, cfg.env.get("label")),
-        "env_id": cfg.env.id,
-        "seed": int(cfg.seed),
-        "overrides": [o for o in overrides if not o.startswith(("resume=", "hydra."))],
-    }
 
 
 def run_line(cfg: DictConfig, run_dir: str, resume: bool) -> str:
