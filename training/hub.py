@@ -114,11 +114,10 @@ at commit `{commit}`{dirty}; the whole config is `.hydra/config.yaml`.
 """
 
 
-def copy_weights(checkpoint_path: str, destination: str) -> None:
-    """The checkpoint's agent files (agent.index, agent.data-*) and its meta.json listing only them,
-    their checksums as written: what evaluate.py restores (training.checkpoints.verify checks them)."""
-    with open(os.path.join(checkpoint_path, "meta.json")) as f:
-        meta = json.load(f)
+def copy_weights(checkpoint_path: str, meta: dict, destination: str) -> None:
+    """The checkpoint's agent files (agent.index, agent.data-*) and its meta.json (`meta`, as
+    training.checkpoints.verify read it) listing only them, their checksums as written: what
+    evaluate.py restores."""
     files = {name: digest for name, digest in meta["files"].items() if name.startswith("agent.")}
     os.makedirs(destination)
     for name in files:
@@ -140,7 +139,7 @@ def write_model_folder(folder: str, run_dir: str, checkpoint_path: str, result: 
         if os.path.exists(source):
             shutil.copy2(source, os.path.join(staging, ".hydra", name))
     checkpoint_dir = os.path.basename(checkpoint_path.rstrip(os.sep))
-    copy_weights(checkpoint_path, os.path.join(staging, "checkpoints", checkpoint_dir))
+    copy_weights(checkpoint_path, meta, os.path.join(staging, "checkpoints", checkpoint_dir))
     shutil.copytree(result["export"], os.path.join(staging, POLICY))
     if result.get("onnx"):
         shutil.copy2(result["onnx"], os.path.join(staging, f"{POLICY}.onnx"))
