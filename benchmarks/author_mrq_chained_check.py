@@ -360,7 +360,7 @@ def tfrl_chain(task: str, stream: dict, author: dict, chain: Chain, plant: str |
     assert (draws >= 0).all(), "the author drew a final-observation row"
     queue = [draws]
 
-    def rows_at(values):
+    def rows_at(values, mass=None):  # the buffer's own signature (mass: the faded draw's, unused here)
         n = len(values)
         out, queue[0] = queue[0][:n], queue[0][n:]
         return out.copy()
