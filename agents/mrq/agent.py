@@ -110,8 +110,7 @@ class MRQ:
         return self.box.to_unit(action)
 
     def start_block(self) -> tf.Tensor:
-        """Before the first encoder update of a block (author's schedule): the encoder target
-        becomes the encoder, as the author's copy precedes its 250 encoder updates."""
+        """The encoder target becomes the encoder before a block (author's schedule: the copy precedes its 250 updates)."""
         copy_weights(self.encoder_target, self.encoder)
         return tf.constant(True)
 
@@ -140,9 +139,7 @@ class MRQ:
                 s.dyn_weight, s.reward_weight, s.done_weight * terminates, self.reward_loss, s.infonce_weight,
                 s.infonce_temperature)
         self.encoder_optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
-        out = {"encoder_loss": loss, "dynamics_loss": parts["dynamics"], "reward_loss": parts["reward"],
-               "done_loss": parts["done"]}
-        return {**out, "infonce_loss": parts["infonce"]} if s.infonce_weight else out
+        return {"encoder_loss": loss} | {f"{term}_loss": part for term, part in parts.items()}
 
     def act_pre(self, pre_activation: tf.Tensor) -> tf.Tensor:
         """The policy's action from its pre-activation: tanh, or a Gumbel-softmax sample."""

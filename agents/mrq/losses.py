@@ -100,9 +100,9 @@ def model_rollout_loss(model, zs: tf.Tensor, actions: tf.Tensor, next_zs: tf.Ten
     (logits, target, bins) -> (B,) is the reward's term. With `infonce_weight` (DR.Q), each step's
     predicted embedding is also contrasted with the batch's next-state embeddings (`info_nce`),
     masked as DR.Q's code masks it: the batch's mean times the share of samples still alive, not per
-    sample (its (B,) loss times a (B, 1) mask, averaged)."""
+    sample (its (B,) loss times a (B, 1) mask, averaged). `parts` holds each term in play, unweighted."""
     alive = tf.ones_like(reward[:, 0])
-    parts = {"dynamics": 0.0, "reward": 0.0, "done": 0.0, "infonce": 0.0}
+    parts = {"dynamics": 0.0, "reward": 0.0, "done": 0.0} | ({"infonce": 0.0} if infonce_weight else {})
     for i in range(actions.shape[1]):
         done, zs, reward_logits = model(zs, actions[:, i])
         parts["dynamics"] += masked_mse(zs, next_zs[:, i], alive)
@@ -112,5 +112,5 @@ def model_rollout_loss(model, zs: tf.Tensor, actions: tf.Tensor, next_zs: tf.Ten
             parts["infonce"] += tf.reduce_mean(info_nce(zs, next_zs[:, i], infonce_temperature)) * tf.reduce_mean(alive)
         alive = alive * (1.0 - terminated[:, i])
     total = (dyn_weight * parts["dynamics"] + reward_weight * parts["reward"] + done_weight * parts["done"]
-             + infonce_weight * parts["infonce"])
+             + infonce_weight * parts.get("infonce", 0.0))
     return total, parts
