@@ -7,6 +7,7 @@ between every two groups, with rliable's methods.
     python aggregate.py sweep_a sweep_b outputs/2026-11-22/09-00-00 --by buffer --out results/
     python aggregate.py multirun/... --by agent.tau --reps 50000 --seed 1
     python aggregate.py multirun/... --last 5                       # score = mean of the last 5 evaluations
+    python aggregate.py multirun/... --episodes 100                 # ... of the last 100 training episodes
 
 The methods and how incomplete runs are handled: analysis/ (its __init__.py).
 """
@@ -38,10 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--last", type=int, default=1, metavar="K",
                         help="score each run by the mean return of its last K evaluations (default 1: its final "
                              "return); K > 1 keeps a policy that dips at one evaluation from deciding its score")
+    parser.add_argument("--episodes", type=int, default=0, metavar="K",
+                        help="score each run by the mean return of its last K training episodes (train.csv), the "
+                             "exploring policy's, as CleanRL reports PPO, instead of its evaluations")
     args = parser.parse_args(argv)
     try:
         report = aggregate(args.paths, by=args.by, out=args.out, reps=args.reps, seed=args.seed,
-                           complete_only=args.complete_only, last=args.last)
+                           complete_only=args.complete_only, last=args.last, episodes=args.episodes)
     except AggregateError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

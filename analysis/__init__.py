@@ -17,7 +17,9 @@ not descend into a run). A run's learning curve is the `return_mean` column of i
 score, which every table, profile and probability below is of, is its final return (its last
 evaluation), or with `--last K` the mean of its last K evaluations, so that a policy whose return
 dips from one evaluation to the next (DQN's greedy policy often does) is not judged by one
-evaluation; a run with fewer than K evaluations is scored over all it has, and noted.
+evaluation; a run with fewer than K evaluations is scored over all it has, and noted. With
+`--episodes K` the score is the mean return of its last K training episodes (`train.csv`), the
+exploring policy's, which is what CleanRL publishes for PPO; the curves stay the evaluations'.
 Runs are grouped by agent x env (the Hydra config group choices in `.hydra/hydra.yaml`) and by any
 `--by` keys. A `--by` value comes, in this order, from
 the config group choices (`buffer`, `network`, ...), the run's overrides (`agent.tau=0.01`), or the

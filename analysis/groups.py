@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Sequence
 
-from analysis.runs import (MISSING, UNSET, AggregateError, ByKey, RunRecord, by_value, config_value, format_value,
+from analysis.runs import (MISSING, UNSET, AggregateError, ByKey, RunRecord, Score, by_value, config_value, format_value,
                            natural_key, short_path, value_order)
 
 MIN_CI_RUNS = 5  # below this many runs per task, a percentile bootstrap CI is noted as too narrow
@@ -76,23 +76,23 @@ def group_runs(runs: list[RunRecord], by: Sequence[ByKey]) -> dict[tuple, list[R
     return dict(sorted(groups.items(), key=lambda kv: [value_order(str(x)) for x in kv[0]]))
 
 
-def _last_evals(last: int) -> str:
-    return "last evaluation" if last == 1 else f"last {last} evaluations"
-
-
-def score_text(last: int) -> str:
+def score_text(score: Score) -> str:
     """What a run's score is, for the report."""
-    if last == 1:
+    if score.episodes:
+        return (f"Score = the mean return of each run's last {score.episodes} training episodes (`train.csv`'s "
+                f"`episode_return`, `--episodes {score.episodes}`): the exploring policy's, as CleanRL reports PPO; "
+                f"the curves are the evaluations'.")
+    if score.last == 1:
         return "Score = final return = the `return_mean` of each run's last evaluation (`eval.csv`)."
-    return (f"Score = the mean `return_mean` of each run's last {last} evaluations (`eval.csv`, `--last {last}`), "
-            f"which smooths over a policy that dips from one evaluation to the next.")
+    return (f"Score = the mean `return_mean` of each run's last {score.last} evaluations (`eval.csv`, "
+            f"`--last {score.last}`), which smooths over a policy that dips from one evaluation to the next.")
 
 
 def _neutral(key: str) -> bool:
     return any(key == k or key.startswith(k + ".") for k in _NEUTRAL_OVERRIDES)
 
 
-def group_notes(runs: list[RunRecord], by: Sequence[ByKey], last: int = 1) -> list[str]:
+def group_notes(runs: list[RunRecord], by: Sequence[ByKey], score: Score = Score()) -> list[str]:
     """What a reader of the group's numbers must know: incomplete runs, unequal lengths, runs
     that differ in more than the seed, repeated seeds, runs with fewer evaluations than the score
     averages, unreadable eval rows, unset --by keys."""
@@ -105,7 +105,7 @@ def group_notes(runs: list[RunRecord], by: Sequence[ByKey], last: int = 1) -> li
     if incomplete:
         notes.append(f"{len(incomplete)} incomplete run(s) (no summary.json, or an older one: stopped, crashed, resumed "
                      f"or still running), "
-                     f"scored at their {_last_evals(last)}: "
+                     f"scored at their {score.where}: "
                      + ", ".join(f"{r.label} at step {r.final_step}" for r in incomplete))
     ends = Counter(r.final_step for r in runs)
     if len(ends) > 1:
@@ -114,14 +114,15 @@ def group_notes(runs: list[RunRecord], by: Sequence[ByKey], last: int = 1) -> li
             short = [r.label for r in runs if r.final_step == step and not r.complete]
             n = ends[step]
             parts.append(f"{step} ({n} run{'s' if n > 1 else ''}" + (f", incomplete: {', '.join(short)})" if short else ")"))
-        notes.append("runs end at steps " + ", ".join(parts) + f"; each run is scored at its own {_last_evals(last)}")
-    short_runs = [r for r in runs if len(r.returns) < last]
+        notes.append("runs end at steps " + ", ".join(parts) + f"; each run is scored at its own {score.where}")
+    short_runs = [r for r in runs if score.count(r) < score.k]
     if short_runs:
-        notes.append(f"{len(short_runs)} run(s) have fewer than the {last} evaluations --last {last} averages, so "
-                     f"their score is the mean of all they have: "
-                     + ", ".join(f"{r.label} ({len(r.returns)})" for r in short_runs))
+        notes.append(f"{len(short_runs)} run(s) have fewer than the {score.k} {score.source} {score.option} averages, "
+                     f"so their score is the mean of all they have: "
+                     + ", ".join(f"{r.label} ({score.count(r)})" for r in short_runs))
+    last = score.last
     spans = Counter(int(r.steps[-1] - r.steps[-min(last, len(r.steps))]) for r in runs)
-    if last > 1 and len(spans) > 1:
+    if not score.episodes and last > 1 and len(spans) > 1:
         notes.append(f"the last {last} evaluations span different numbers of steps in different runs "
                      f"({', '.join(f'{s}: {n} run(s)' for s, n in sorted(spans.items()))}), so the scores average "
                      f"over different stretches of training")

@@ -45,7 +45,7 @@ def plot_curves(path: str, env: str, env_id: str | None, curves: list[tuple[str,
 
 
 def plot_profile(path: str, taus: np.ndarray, profiles: list[tuple[str, int, np.ndarray, np.ndarray, np.ndarray]],
-                 n_envs: int, last: int = 1) -> None:
+                 n_envs: int, what: str = "final return") -> None:
     """rliable's performance profile: fraction of runs with normalized score > tau, 95% CI bands."""
     import matplotlib
 
@@ -56,7 +56,6 @@ def plot_profile(path: str, taus: np.ndarray, profiles: list[tuple[str, int, np.
     for label, color, point, low, high in profiles:
         ax.plot(taus, point, color=_color(color), label=label)
         ax.fill_between(taus, low, high, color=_color(color), alpha=0.2, linewidth=0)
-    what = "final return" if last == 1 else f"mean return of the last {last} evaluations"
     ax.set_xlabel(f"normalized {what} $\\tau$ (min-max per env over all runs here; no reference scores)")
     ax.set_ylabel(r"fraction of runs with score > $\tau$")
     ax.set_title(f"Performance profile over {n_envs} env(s), {CONFIDENCE:.0%} stratified bootstrap CI")

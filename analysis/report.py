@@ -12,7 +12,7 @@ import numpy as np
 from analysis.curves import CURVE_COLUMNS, MIN_CURVE_RUNS, curve_rows, learning_curve
 from analysis.groups import group_key, group_name, group_notes, group_runs
 from analysis.plots import plot_curves, plot_profile
-from analysis.runs import AggregateError, RunRecord, by_keys, load_runs, natural_key, value_order
+from analysis.runs import AggregateError, RunRecord, Score, by_keys, load_runs, natural_key, value_order
 from analysis.stats import (CONFIDENCE, DEFAULT_REPS, TAUS, aggregate_iqm, aggregate_mean, interval, mean_and_iqm,
                             minmax_normalize, performance_profile, probability_of_improvement_ci, seed_for)
 from analysis.tables import (ci_text, num, render_markdown, summarize_group, write_csv,
@@ -31,7 +31,7 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
-def _check_arguments(paths: Sequence[str], reps: int, seed: int, last: int) -> None:
+def _check_arguments(paths: Sequence[str], reps: int, seed: int, last: int, episodes: int) -> None:
     if not paths:
         raise AggregateError("no path given; pass a sweep dir (multirun/<date>/<time>) or a run dir.")
     if reps < 1:
@@ -43,6 +43,9 @@ def _check_arguments(paths: Sequence[str], reps: int, seed: int, last: int) -> N
     if last < 1:
         raise AggregateError(f"--last {last}: a run's score is the mean of its last K evaluations, so K must be at "
                              f"least 1 (1, the default, scores each run by its final evaluation).")
+    if episodes < 0 or (episodes and last != 1):
+        raise AggregateError(f"--episodes {episodes}: a run's score is the mean return of its last K training episodes "
+                             f"(K >= 1), in place of its evaluations' (--last); pass one of the two.")
 
 
 def _draw_curves(out_dir: str, groups: dict[tuple, list[RunRecord]], envs: list[str], by: Sequence[str], color: dict,
@@ -72,13 +75,13 @@ def _draw_curves(out_dir: str, groups: dict[tuple, list[RunRecord]], envs: list[
     return plots, tables
 
 
-def _score_bounds(groups: dict[tuple, list[RunRecord]], envs: list[str], last: int,
+def _score_bounds(groups: dict[tuple, list[RunRecord]], envs: list[str], score: Score,
                   global_notes: list[str]) -> dict[str, tuple[float, float]]:
     """(min, max) of the scores of each env's runs, for min-max normalization; an env where every
     run has the same score has none (and a note)."""
     bounds = {}
     for env in envs:
-        finals = [r.score(last) for k, ms in groups.items() if k[1] == env for r in ms]
+        finals = [score.of(r) for k, ms in groups.items() if k[1] == env for r in ms]
         if min(finals) == max(finals):
             global_notes.append(f"{env}: every run has the same score ({num(finals[0])}), so min-max "
                                 f"normalization is undefined there; {env} is left out of the across-env table and the "
@@ -89,7 +92,7 @@ def _score_bounds(groups: dict[tuple, list[RunRecord]], envs: list[str], last: i
 
 
 def _across_envs(groups: dict[tuple, list[RunRecord]], diverged_by_group: dict[tuple, list[RunRecord]], profile_keys: list[tuple],
-                 envs: list[str], bounds: dict, by: Sequence[str], color: dict, last: int, reps: int, seed: int,
+                 envs: list[str], bounds: dict, by: Sequence[str], color: dict, score: Score, reps: int, seed: int,
                  global_notes: list[str]) -> tuple[list[list[str]], list[tuple]]:
     """The rows of the across-env table and the performance profiles, on min-max normalized scores."""
     scored = [e for e in envs if e in bounds]
@@ -100,7 +103,7 @@ def _across_envs(groups: dict[tuple, list[RunRecord]], diverged_by_group: dict[t
         if not by_env:
             across.append([label, "0", "0", "n/a", "n/a", "n/a", "n/a"])
             continue
-        tasks = [minmax_normalize([r.score(last) for r in by_env[e]], *bounds[e]) for e in scored if e in by_env]
+        tasks = [minmax_normalize([score.of(r) for r in by_env[e]], *bounds[e]) for e in scored if e in by_env]
         n_div = sum(len(ms) for k, ms in diverged_by_group.items() if (k[0], *k[2:]) == pkey and k[1] in by_env)
         label_runs = f" (+{n_div} diverged)" if n_div else ""
         if len({len(t) for t in tasks}) > 1:
@@ -122,12 +125,12 @@ def _across_envs(groups: dict[tuple, list[RunRecord]], diverged_by_group: dict[t
 
 
 def _improvement(groups: dict[tuple, list[RunRecord]], profile_keys: list[tuple], envs: list[str], by: Sequence[str],
-                 last: int, reps: int, seed: int, global_notes: list[str]) -> list[dict]:
+                 score: Score, reps: int, seed: int, global_notes: list[str]) -> list[dict]:
     """P(X > Y) for every pair of groups, on the envs both have (raw scores)."""
     improvement = []
     for i, a in enumerate(profile_keys):
         for b in profile_keys[i + 1:]:
-            finals = {pk: {key[1]: [r.score(last) for r in ms] for key, ms in groups.items() if (key[0], *key[2:]) == pk}
+            finals = {pk: {key[1]: [score.of(r) for r in ms] for key, ms in groups.items() if (key[0], *key[2:]) == pk}
                       for pk in (a, b)}
             shared = [e for e in envs if e in finals[a] and e in finals[b]]
             names = [group_name(pk[0], None, by, pk[1:]) for pk in (a, b)]
@@ -146,10 +149,11 @@ def _improvement(groups: dict[tuple, list[RunRecord]], profile_keys: list[tuple]
 
 
 def aggregate(paths: Sequence[str], by: Sequence[str] = (), out: str | None = None, reps: int = DEFAULT_REPS,
-              seed: int = 0, complete_only: bool = False, last: int = 1) -> Report:
+              seed: int = 0, complete_only: bool = False, last: int = 1, episodes: int = 0) -> Report:
     """Read the runs under `paths`, write results.md, results.csv, curves_<env>.png and
     performance_profile.png into `out` (default <first path>/aggregate) and return the report."""
-    _check_arguments(paths, reps, seed, last)
+    _check_arguments(paths, reps, seed, last, episodes)
+    score = Score(last, episodes)
     by = by_keys(by)
     runs, diverged, skipped, repeated = load_runs(paths, complete_only)
     groups = group_runs(runs, by)
@@ -164,9 +168,9 @@ def aggregate(paths: Sequence[str], by: Sequence[str] = (), out: str | None = No
     profile_keys = sorted({(k[0], *k[2:]) for k in groups}, key=lambda k: [value_order(str(x)) for x in k])
     color = {k: i for i, k in enumerate(profile_keys)}  # one color per agent (x --by values) in every plot
     envs = sorted({k[1] for k in groups}, key=natural_key)
-    rows = [summarize_group(key, members, by, reps, seed, len(diverged_by_group.get(key, [])), last)
+    rows = [summarize_group(key, members, by, reps, seed, len(diverged_by_group.get(key, [])), score)
             for key, members in groups.items()]
-    notes = {key: group_notes(members, by, last) for key, members in groups.items()}
+    notes = {key: group_notes(members, by, score) for key, members in groups.items()}
     for key, members in diverged_by_group.items():
         if key in notes:
             notes[key].append(f"{len(members)} run(s) diverged (an evaluation return became NaN or infinite), left "
@@ -177,12 +181,12 @@ def aggregate(paths: Sequence[str], by: Sequence[str] = (), out: str | None = No
                     f"return became NaN or infinite), so it has no row: "
                     + ", ".join(f"{r.label} at step {r.diverged_at}" for r in members)
                     for key, members in diverged_by_group.items() if key not in groups]
-    bounds = _score_bounds(groups, envs, last, global_notes)
-    across, profiles = _across_envs(groups, diverged_by_group, profile_keys, envs, bounds, by, color, last, reps, seed,
+    bounds = _score_bounds(groups, envs, score, global_notes)
+    across, profiles = _across_envs(groups, diverged_by_group, profile_keys, envs, bounds, by, color, score, reps, seed,
                                     global_notes)
     plots.append(os.path.join(out_dir, "performance_profile.png"))
-    plot_profile(plots[-1], TAUS, profiles, len(bounds), last)
-    improvement = _improvement(groups, profile_keys, envs, by, last, reps, seed, global_notes)
+    plot_profile(plots[-1], TAUS, profiles, len(bounds), score.what)
+    improvement = _improvement(groups, profile_keys, envs, by, score, reps, seed, global_notes)
 
     # The notes, results.csv and results.md.
     note_lines = []
@@ -211,7 +215,7 @@ def aggregate(paths: Sequence[str], by: Sequence[str] = (), out: str | None = No
         tables.append(os.path.join(out_dir, "improvement.csv"))
         write_improvement_csv(tables[-1], improvement)
     markdown = render_markdown(paths, by, reps, seed, len(runs), rows, list(notes.values()), across, note_lines,
-                               [*tables, *plots], improvement, last)
+                               [*tables, *plots], improvement, score)
     with open(md_path, "w") as f:
         f.write(markdown)
     return Report(markdown, rows, [md_path, csv_path, *plots], out_dir)

@@ -55,6 +55,56 @@ class RunRecord:
         """The run's score: the mean return of its last `last` evaluations (1: its final return)."""
         return float(np.mean(self.returns[-last:]))
 
+    def episode_returns(self) -> np.ndarray:
+        """The returns of its training episodes, in order (train.csv's `episode_return`), read once."""
+        if "_episode_returns" not in self.__dict__:
+            self.__dict__["_episode_returns"] = read_episode_returns(self.path)
+        return self.__dict__["_episode_returns"]
+
+
+@dataclass(frozen=True)
+class Score:
+    """What a run's score is: the mean return of its last `last` evaluations (eval.csv), or with
+    `episodes`, of its last `episodes` training episodes (train.csv's `episode_return`, exploration
+    included: the figure CleanRL publishes)."""
+
+    last: int = 1
+    episodes: int = 0
+
+    def of(self, run: RunRecord) -> float:
+        if self.episodes:
+            return float(np.mean(run.episode_returns()[-self.episodes:]))
+        return run.score(self.last)
+
+    def count(self, run: RunRecord) -> int:
+        """How many of what the score averages the run has."""
+        return len(run.episode_returns()) if self.episodes else len(run.returns)
+
+    @property
+    def k(self) -> int:
+        return self.episodes or self.last
+
+    @property
+    def source(self) -> str:
+        """What is averaged, plural, for the notes."""
+        return "training episodes" if self.episodes else "evaluations"
+
+    @property
+    def where(self) -> str:
+        """Where each run is scored, for the notes: its last evaluation, its last K evaluations, ..."""
+        if self.k == 1:
+            return f"last {self.source[:-1]}"
+        return f"last {self.k} {self.source}"
+
+    @property
+    def what(self) -> str:
+        """The score's name, for the performance profile's axis."""
+        return "final return" if self.k == 1 and not self.episodes else f"mean return of the {self.where}"
+
+    @property
+    def option(self) -> str:
+        return f"--episodes {self.episodes}" if self.episodes else f"--last {self.last}"
+
 
 @dataclass
 class Skipped:
@@ -294,6 +344,23 @@ def load_run(path: str) -> RunRecord | Skipped:
     provenance = {key: (summary or {})[key] for key in ("code", "versions") if isinstance((summary or {}).get(key), dict)}
     return RunRecord(path, str(agent), str(env), target, env_id, seed, complete, steps, returns, cfg, choices,
                      parse_overrides(override_lines), problems + eval_problems, diverged_at, provenance)
+
+
+def read_episode_returns(path: str) -> np.ndarray:
+    """A run's training episodes' returns from its train.csv; AggregateError if it has none to read."""
+    train_path = os.path.join(path, "train.csv")
+    try:
+        with open(train_path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        returns = np.array([float(row["episode_return"]) for row in rows if row.get("episode_return") not in (None, "")])
+    except (OSError, ValueError, KeyError) as err:
+        raise AggregateError(f"--episodes scores each run by its training episodes (train.csv's episode_return), but "
+                             f"{short_path(path)} has none to read ({err}); leave --episodes out to score by its "
+                             f"evaluations (eval.csv), or aggregate only runs that wrote train.csv.") from err
+    if not len(returns):
+        raise AggregateError(f"--episodes: {short_path(path)}'s train.csv holds no finished episode; leave --episodes "
+                             f"out to score by its evaluations (eval.csv).")
+    return returns
 
 
 def load_runs(paths: Sequence[str], complete_only: bool = False) -> tuple[list[RunRecord], list[RunRecord], list[Skipped], list[str]]:

@@ -9,7 +9,7 @@ from typing import Sequence
 import numpy as np
 
 from analysis.groups import MIN_CI_RUNS, score_text
-from analysis.runs import RunRecord
+from analysis.runs import RunRecord, Score
 from analysis.stats import CONFIDENCE, interval, iqm, mean_and_iqm, seed_for
 
 
@@ -32,10 +32,10 @@ def md_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def summarize_group(key: tuple, runs: list[RunRecord], by: Sequence[str], reps: int, seed: int, n_diverged: int = 0,
-                    last: int = 1) -> dict:
-    """The row of results.csv: the mean and IQM of the runs' scores (`RunRecord.score(last)`) with their
+                    score: Score = Score()) -> dict:
+    """The row of results.csv: the mean and IQM of the runs' scores (`Score.of`) with their
     bootstrap CIs over the runs (NaN with one run: resampling one score gives no interval)."""
-    finals = np.array([r.score(last) for r in runs])
+    finals = np.array([score.of(r) for r in runs])
     (m_low, i_low), (m_high, i_high) = (np.nan, np.nan), (np.nan, np.nan)
     if len(runs) > 1:
         (m_low, i_low), (m_high, i_high) = interval([finals], mean_and_iqm, reps, seed_for(seed, "final", *key))
@@ -45,13 +45,14 @@ def summarize_group(key: tuple, runs: list[RunRecord], by: Sequence[str], reps: 
         "mean": float(np.mean(finals)), "mean_ci_low": float(m_low), "mean_ci_high": float(m_high),
         "iqm": float(iqm(finals)), "iqm_ci_low": float(i_low), "iqm_ci_high": float(i_high),
         "final_step_min": min(r.final_step for r in runs), "final_step_max": max(r.final_step for r in runs),
-        "score_evals": last, "env_id": runs[0].env_id or "",
+        "score_evals": 0 if score.episodes else score.last, "score_episodes": score.episodes, "env_id": runs[0].env_id or "",
     }
 
 
 def write_csv(path: str, rows: list[dict], notes: list[list[str]], by: Sequence[str]) -> None:
     header = ["agent", "env", *by, "n_runs", "n_incomplete", "n_diverged", "mean", "mean_ci_low", "mean_ci_high", "iqm",
-              "iqm_ci_low", "iqm_ci_high", "final_step_min", "final_step_max", "score_evals", "env_id", "notes"]
+              "iqm_ci_low", "iqm_ci_high", "final_step_min", "final_step_max", "score_evals", "score_episodes", "env_id",
+              "notes"]
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
         writer.writeheader()
@@ -72,7 +73,7 @@ def source_names(paths: Sequence[str]) -> list[str]:
 
 def render_markdown(paths: Sequence[str], by: Sequence[str], reps: int, seed: int, n_runs: int,
                     rows: list[dict], row_notes: list[list[str]], across: list[list[str]],
-                    note_lines: list[str], files: list[str], improvement: Sequence[dict] = (), last: int = 1) -> str:
+                    note_lines: list[str], files: list[str], improvement: Sequence[dict] = (), score: Score = Score()) -> str:
     ci = f"{CONFIDENCE:.0%} CI"
     table = md_table(
         ["agent", "env", *by, "runs", "mean", f"mean {ci}", "IQM", f"IQM {ci}", "final step", "notes"],
@@ -89,7 +90,7 @@ def render_markdown(paths: Sequence[str], by: Sequence[str], reps: int, seed: in
         "Sources: " + ", ".join(f"`{p}`" for p in source_names(paths))
         + (f" (grouped by agent, env, {', '.join(by)})" if by else ""),
         "",
-        score_text(last) + " The mean and IQM are over the runs' scores. IQM = interquartile mean "
+        score_text(score) + " The mean and IQM are over the runs' scores. IQM = interquartile mean "
         "(mean of the middle 50% of runs, `scipy.stats.trim_mean(x, 0.25)`; the plain mean below 4 runs). "
         f"CIs: {CONFIDENCE:.0%} percentile bootstrap over runs ({reps} replicates, seed {seed}), as in rliable "
         f"(Agarwal et al. 2021); none from a single run, and with fewer than {MIN_CI_RUNS} runs they are too narrow "

@@ -630,6 +630,32 @@ def test_last_k_scores_each_run_by_the_mean_of_its_last_k_evaluations(tmp_path):
     assert_usage_error(cli(root, "--last", 0), "--last 0", "at least 1")
 
 
+def test_episodes_k_scores_each_run_by_the_mean_of_its_last_k_training_episodes(tmp_path):
+    """--episodes 2: the score is the mean of train.csv's last two episode returns, not of any
+    evaluation (the figure CleanRL publishes for PPO); a run with fewer episodes is noted, one
+    without train.csv is an error naming it, and --episodes with --last is refused."""
+    root = str(tmp_path / "sweep")
+    episodes = {0: [5.0, 7.0, 9.0, 13.0], 1: [1.0, 3.0, 2.0], 2: [4.0]}
+    for seed, returns in episodes.items():
+        run = os.path.join(root, f"run{seed}")
+        make_run(run, "td3", "hopper", seed, (0.0, 100.0 + seed))
+        with open(os.path.join(run, "train.csv"), "w") as f:
+            f.write("step,episode_return,episode_length\n")
+            f.writelines(f"{10 * (i + 1)},{r},10\n" for i, r in enumerate(returns))
+    report = aggregate([root], reps=50, out=str(tmp_path / "episodes"), episodes=2)
+    row = read_rows(os.path.join(report.out_dir, "results.csv"))[0]
+    assert float(row["mean"]) == pytest.approx(np.mean([(9 + 13) / 2, (3 + 2) / 2, 4.0]))
+    assert row["score_episodes"] == "2" and row["score_evals"] == "0"
+    assert "last 2 training episodes (`train.csv`'s `episode_return`, `--episodes 2`)" in report.markdown
+    assert "1 run(s) have fewer than the 2 training episodes --episodes 2 averages" in report.markdown
+    evaluated = aggregate([root], reps=50, out=str(tmp_path / "evals"))  # without it: the last evaluation
+    assert float(read_rows(os.path.join(evaluated.out_dir, "results.csv"))[0]["mean"]) == pytest.approx(101.0)
+
+    os.remove(os.path.join(root, "run1", "train.csv"))
+    assert_usage_error(cli(root, "--episodes", 2), "run1", "train.csv")
+    assert_usage_error(cli(root, "--episodes", 2, "--last", 3), "--episodes 2", "one of the two")
+
+
 def test_aggregation_never_imports_tensorflow(tmp_path):
     """aggregate.py reads run dirs and computes statistics: TensorFlow's import (seconds, and GPU
     probing) has no place in it."""
