@@ -32,6 +32,18 @@ its runs take, as the next state of a termination that is not a run's last step,
 the final-observation row, which its buffer never writes (row 0's observation, until the ring wraps). `--plant` breaks one carry on tfrl's side: `copy_late` (the targets copied one update late),
 `stale_scale` (the reward scale never refreshed after the first copy), `no_swap` (the block does not
 make the encoder target a copy of the encoder). Each must fail.
+
+`--author drq` runs DR.Q's authors' code (dmksjfl/DR.Q's `DRQ.Agent.train(writer)`, its faded buffer)
+against tfrl's MR.Q as `agent=drq` builds it (conf/agent/drq.yaml, the faded replay included). DR.Q's
+n-step return is the usual one and it never uses its reward scale, so neither convention is adapted:
+tfrl's own buffer's returns are compared. Per update the table adds each row's chance of being drawn
+next (priority x mask, x the fade's max(0.9999^age, 0.1) for DR.Q), over every row either buffer
+holds. Its plants: `no_fade` (tfrl's buffer without the fade) and `no_infonce` (the encoder without
+DR.Q's InfoNCE term) besides `copy_late` and `no_swap`.
+
+    bash benchmarks/setup_author.sh drq
+    uv run python benchmarks/author_mrq_chained_check.py --author drq --task hopper
+    uv run python benchmarks/author_mrq_chained_check.py --author drq --task hopper --plant no_fade   # must fail
 """
 from __future__ import annotations
 
@@ -56,7 +68,7 @@ HISTORY = 4  # the frames of an Atari observation
 MODULES = ("encoder", "encoder_target", "policy", "policy_target", "value", "value_target")
 # what each network computes on a fixed probe (the stream's first batch): compared as its change since the start
 OUTPUTS = ("zs", "zsa", "model", "Q", "policy", "target zs")
-PLANTS = ("copy_late", "stale_scale", "no_swap")
+PLANTS = {"mrq": ("copy_late", "stale_scale", "no_swap"), "drq": ("copy_late", "no_swap", "no_fade", "no_infonce")}
 ROUNDING = 1e-4
 GAMMA, Q_HORIZON = 0.99, 3
 
@@ -71,6 +83,7 @@ class Chain:
     seed: int = 0
     batch: int = 256
     every: int = 250
+    author: str = "mrq"  # or "drq": DR.Q's authors' code against agent=drq
 
     def reported(self) -> list[int]:
         """The updates whose state is compared: the first two, each side of the second copy, the last."""
@@ -83,10 +96,11 @@ class Chain:
 
 
 # --- the stream (tfrl's venv) ----------------------------------------------------------------------
-def task_config(task: str, capacity: int = 1_000_000):
+def task_config(task: str, capacity: int = 1_000_000, agent: str = "mrq", every: int = 250, more: tuple = ()):
     from training.config import compose_config
 
-    return compose_config(["agent=mrq", *TASKS[task], f"buffer.capacity={capacity}"])
+    return compose_config([f"agent={agent}", *TASKS[task], f"buffer.capacity={capacity}",
+                           f"agent.target_update_every={every}", *more])
 
 
 def make_stream(task: str, steps: int, seed: int) -> dict[str, np.ndarray]:
@@ -125,9 +139,9 @@ def author_chain(stream: dict, chain: Chain, replay: dict | None, rng) -> dict:
     import gymnasium as gym
     import torch
 
-    from benchmarks.mrq_reference import author_agent, author_mrq
+    from benchmarks.mrq_reference import NoWriter, author_agent, author_mrq
 
-    MRQ, _ = author_mrq()
+    MRQ, _ = author_mrq(chain.author)
     torch.set_num_threads(1)
     n, pixels = int(stream.get("num_actions", 0)), stream["obs"].ndim == 4
     states = (lambda x: np.moveaxis(x, -1, 0)) if pixels else (lambda x: x)  # the author's frames are (C, H, W)
@@ -140,7 +154,8 @@ def author_chain(stream: dict, chain: Chain, replay: dict | None, rng) -> dict:
     agent.target_update_freq = chain.every
     agent.pixel_augs = False  # the random shift is checked on the same offsets by author_shift_check.py
     buf, out = agent.replay_buffer, {"draws": [], "noise": [], "td": [], "q": [], "target": [], "priority": [],
-                                     "q_scale": [], "target_scale": [], "exponential": []}
+                                     "q_scale": [], "target_scale": [], "exponential": [], "chance": []}
+    train = (lambda: agent.train(NoWriter())) if chain.author == "drq" else agent.train
     start = torch_state(agent, MODULES, {})
     probe_obs = torch.as_tensor(np.stack([states(o) for o in stream["obs"][:chain.batch]])).float()
     probe_action = (torch.nn.functional.one_hot(torch.as_tensor(stream["action"][:chain.batch]), n).float() if n
@@ -215,7 +230,7 @@ def author_chain(stream: dict, chain: Chain, replay: dict | None, rng) -> dict:
                 final = (buf.ind - 1) % buf.max_size
                 buf.state_ind[final] = buf.next_ind[(final - 1) % buf.max_size]
             before = agent.training_steps
-            agent.train()
+            train()
             if agent.training_steps == before:
                 continue
             k = agent.training_steps
@@ -223,15 +238,29 @@ def author_chain(stream: dict, chain: Chain, replay: dict | None, rng) -> dict:
                 out["first_add"] = np.int64(t)
             rows = buf.sampled_ind if replay is None else buf.sampled_ind[np.argsort(perms[-1])]
             out["priority"].append(buf.priority[rows].numpy().copy())
+            out["chance"].append(author_chances(buf))
             if k in chain.reported():
                 out.update({f"at{k}/{key}": v for key, v in outputs().items()})
-                out[f"at{k}/scales"] = np.float32([agent.reward_scale, agent.target_reward_scale])
+                if chain.author == "mrq":  # DR.Q's authors keep the scale but never use it
+                    out[f"at{k}/scales"] = np.float32([agent.reward_scale, agent.target_reward_scale])
             if k == chain.updates:
                 break
     finally:
         torch.randn_like, torch.Tensor.exponential_ = real_randn, real_exponential
     out.update({f"start/{key}": v for key, v in start.items()})
     return out
+
+
+def author_chances(buf) -> np.ndarray:
+    """Each of the author's rows' chance of being drawn next: priority x mask (x DR.Q's fade, its
+    `sample_ind`), where the mask hides a row its unwritten priority counts for nothing."""
+    import torch
+
+    n = buf.size
+    mass = torch.where(buf.mask[:n] > 0, buf.priority[:n] * buf.mask[:n], 0.0)
+    if hasattr(buf, "forget_weight"):
+        mass = mass * buf.forget_weight[:n].clamp(0.1, 1)
+    return (mass / mass.sum()).numpy().astype(np.float64)
 
 
 def author_side(path: str, stream_path: str, chain: Chain) -> None:
@@ -241,9 +270,9 @@ def author_side(path: str, stream_path: str, chain: Chain) -> None:
     data = {}
     for prefix, chain in (("author", first), ("reordered", floor)):
         for key, value in chain.items():
-            if key == "draws":
-                data[f"{prefix}/draw_sizes"] = np.array([len(d) for d in value])
-                data[f"{prefix}/draws"] = np.concatenate(value)
+            if key in ("draws", "chance"):  # ragged: concatenated, with their sizes
+                data[f"{prefix}/{key}_sizes"] = np.array([len(d) for d in value])
+                data[f"{prefix}/{key}"] = np.concatenate(value)
             elif not isinstance(value, list):
                 data[f"{prefix}/{key}"] = value
             elif value:  # the Gumbel draws: discrete actions only
@@ -321,18 +350,15 @@ def tfrl_chain(task: str, stream: dict, author: dict, chain: Chain, plant: str |
     import gymnasium as gym
 
     from agents.compiled import CompiledAgent
-    from agents.mrq import MRQ
-    from agents.mrq.networks import MRQNetworks
+    from training.builder import build_agent
     from training.parts import build_buffer
 
     n, pixels, shape = int(stream.get("num_actions", 0)), stream["obs"].ndim == 4, stream["obs"].shape[1:]
-    if n:
-        action_space = gym.spaces.Discrete(n)
-        agent = MRQ(shape, MRQNetworks(), np.random.default_rng(0), num_actions=n, target_update_every=chain.every)
-    else:
-        action_space = gym.spaces.Box(-1.0, 1.0, stream["action"].shape[1:], np.float32)
-        agent = MRQ(shape, MRQNetworks(), np.random.default_rng(0), action_low=action_space.low,
-                    action_high=action_space.high, target_update_every=chain.every)
+    action_space = (gym.spaces.Discrete(n) if n else gym.spaces.Box(-1.0, 1.0, stream["action"].shape[1:], np.float32))
+    space = gym.spaces.Box(0, 255, shape, np.uint8) if pixels else gym.spaces.Box(-np.inf, np.inf, shape, np.float32)
+    planted = {"no_fade": ["buffer.fade=1.0"], "no_infonce": ["agent.infonce_weight=0.0"]}.get(plant, [])
+    cfg = task_config(task, len(stream["reward"]) + 10, chain.author, chain.every, planted)
+    agent = build_agent(cfg, space, action_space, np.random.default_rng(0))  # as train.py builds agent=mrq|drq
     pairs = {"value": layer_pairs(agent.value, LAYERS["value"]), "policy": layer_pairs(agent.policy_net, LAYERS["policy"]),
              "value_target": layer_pairs(agent.value_target, LAYERS["value"]),
              "policy_target": layer_pairs(agent.policy_target, LAYERS["policy"]),
@@ -346,12 +372,10 @@ def tfrl_chain(task: str, stream: dict, author: dict, chain: Chain, plant: str |
     if plant == "no_swap":
         agent.start_block = lambda: tf.constant(True)
     learner = CompiledAgent(agent, compile="graph")
-
-    space = gym.spaces.Box(0, 255, shape, np.uint8) if pixels else gym.spaces.Box(-np.inf, np.inf, shape, np.float32)
-    buffer = build_buffer(task_config(task, len(stream["reward"]) + 10), space, action_space, np.random.default_rng(0),
-                          learner.replay.mask_horizon)
+    buffer = build_buffer(cfg, space, action_space, np.random.default_rng(0), learner.replay.mask_horizon)
     conventions = AuthorConventions(buffer, stream)
-    buffer._n_step_return, buffer.mean_abs_reward = conventions.n_step_return, conventions.mean_abs_reward
+    if chain.author == "mrq":  # DR.Q's return is the usual one, and its reward scale unused
+        buffer._n_step_return, buffer.mean_abs_reward = conventions.n_step_return, conventions.mean_abs_reward
     if plant == "stale_scale":
         first = []
         buffer.mean_abs_reward = lambda eps=1e-8: (first or first.append(conventions.mean_abs_reward()) or first)[0]
@@ -375,7 +399,7 @@ def tfrl_chain(task: str, stream: dict, author: dict, chain: Chain, plant: str |
         values = (zs, zsa, agent.encoder.model(zsa), agent.value(zsa), agent.policy_net(zs), agent.encoder_target.zs(probe_obs))
         return {key: np.asarray(v) for key, v in zip(OUTPUTS, values)}
 
-    out = {"td": [], "q": [], "target": [], "priority": []}
+    out = {"td": [], "q": [], "target": [], "priority": [], "chance": []}
     out.update({f"at0/{key}": v for key, v in outputs().items()})
     first_add, done = int(author["author/first_add"]), 0
     for t in range(len(stream["reward"])):
@@ -394,12 +418,25 @@ def tfrl_chain(task: str, stream: dict, author: dict, chain: Chain, plant: str |
         out["q"].append(float(metrics["q"]))
         out["target"].append(float(metrics["target_q"]))
         out["priority"].append(buffer._tree.get(buffer.last_indices))
+        out["chance"].append(tfrl_chances(buffer, rows))
         if done in chain.reported():
             out.update({f"at{done}/{key}": v for key, v in outputs().items()})
-            out[f"at{done}/scales"] = np.float32([agent.reward_scale.numpy(), agent.target_reward_scale.numpy()])
+            if chain.author == "mrq":
+                out[f"at{done}/scales"] = np.float32([agent.reward_scale.numpy(), agent.target_reward_scale.numpy()])
         if done == chain.updates:
             break
     return out
+
+
+def tfrl_chances(buffer, rows: np.ndarray) -> np.ndarray:
+    """Each row's chance of being drawn next, as this buffer draws (priority x fade, the rows its mask
+    hides drawn again), in the order of the author's rows (`rows`: `author_rows`), its
+    final-observation rows at 0; as many as the author's buffer counts after the same adds."""
+    held = np.arange(len(buffer))
+    mass = buffer._tree.get(held) * buffer._fade_of(held) * (buffer.mask.open[held] if buffer.mask is not None else 1)
+    # the author's size counts a final-observation row from the add after it (`add` sets it, `terminal` not)
+    size = int(np.flatnonzero(rows == len(buffer) - 1)[0]) + 1
+    return np.where(rows[:size] >= 0, mass[np.maximum(rows[:size], 0)], 0.0) / mass.sum()
 
 
 def compare(mine: dict, theirs: dict, chain: Chain) -> tuple[list[dict], dict[int, dict]]:
@@ -413,12 +450,16 @@ def compare(mine: dict, theirs: dict, chain: Chain) -> tuple[list[dict], dict[in
 
     per_update = [{"LAP error": relative(mine["td"][k], theirs["td"][k]), "mean Q": in_units("q", k),
                    "mean target": in_units("target", k),
-                   "priorities": relative(mine["priority"][k], theirs["priority"][k])} for k in range(chain.updates)]
+                   "priorities": relative(mine["priority"][k], theirs["priority"][k]),
+                   "draw chances": (relative(mine["chance"][k], theirs["chance"][k])
+                                    if len(mine["chance"][k]) == len(theirs["chance"][k]) else np.inf)}
+                  for k in range(chain.updates)]
     at = {}
     for k in (k for k in chain.reported() if f"at{k}/zs" in theirs):  # --updates below the author side's: its own
         row = {key: relative(mine[f"at{k}/{key}"] - mine[f"at0/{key}"], theirs[f"at{k}/{key}"] - theirs[f"at0/{key}"])
                for key in OUTPUTS}
-        row["reward scales"] = relative(mine[f"at{k}/scales"], theirs[f"at{k}/scales"])
+        if f"at{k}/scales" in theirs:
+            row["reward scales"] = relative(mine[f"at{k}/scales"], theirs[f"at{k}/scales"])
         at[k] = row
     return per_update, at
 
@@ -433,21 +474,28 @@ def main() -> int:
     parser.add_argument("--copy-every", type=int, default=250, help="updates between target copies, the encoder's "
                         "block as long (the author's: 250)")
     parser.add_argument("--tolerance", type=float, default=10.0, help="times the author's own floor (or 1e-4) that passes")
-    parser.add_argument("--plant", choices=PLANTS, help="break one carry on tfrl's side: the check must fail")
+    parser.add_argument("--author", choices=sorted(PLANTS), default="mrq",
+                        help="MR.Q's author's code against agent=mrq, or DR.Q's authors' against agent=drq")
+    parser.add_argument("--plant", choices=sorted(set(sum(PLANTS.values(), ()))),
+                        help="break one carry on tfrl's side: the check must fail")
     parser.add_argument("--author-data", metavar="NPZ", help="keep the author's side here, or read it from here if it exists")
     parser.add_argument("--author-side", nargs=2, metavar=("OUT", "STREAM"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    chain = Chain(args.updates, args.learning_starts, args.seed, args.batch_size, args.copy_every)
+    if args.plant and args.plant not in PLANTS[args.author]:
+        parser.error(f"--plant {args.plant} breaks nothing --author {args.author} has; its plants: "
+                     f"{', '.join(PLANTS[args.author])}")
+    chain = Chain(args.updates, args.learning_starts, args.seed, args.batch_size, args.copy_every, args.author)
     if args.author_side:
         author_side(*args.author_side, chain)
         return 0
     import subprocess
 
-    from benchmarks.mrq_reference import REF
+    from benchmarks.mrq_reference import AUTHORS
 
-    if not (os.path.isfile(os.path.join(REF, "MRQ.py")) and os.path.exists(REFERENCE_PYTHON)):
-        sys.exit("the author's MR.Q is not set up: run `bash benchmarks/setup_sb3.sh` and "
-                 "`bash benchmarks/setup_author.sh mrq` once, then this again.")
+    ref, module = AUTHORS[args.author]
+    if not (os.path.isfile(os.path.join(ref, f"{module}.py")) and os.path.exists(REFERENCE_PYTHON)):
+        sys.exit(f"the authors' {module} is not set up: run `bash benchmarks/setup_sb3.sh` and "
+                 f"`bash benchmarks/setup_author.sh {args.author}` once, then this again.")
     with tempfile.TemporaryDirectory() as tmp:
         out = args.author_data or os.path.join(tmp, "author.npz")
         stream_path = out + ".stream.npz"
@@ -457,10 +505,12 @@ def main() -> int:
             subprocess.run([REFERENCE_PYTHON, os.path.abspath(__file__), "--author-side", out, stream_path,
                             "--updates", str(args.updates), "--learning-starts", str(args.learning_starts),
                             "--seed", str(args.seed), "--batch-size", str(args.batch_size),
-                            "--copy-every", str(args.copy_every)], check=True)
+                            "--copy-every", str(args.copy_every), "--author", args.author], check=True)
         author, stream = dict(np.load(out)), dict(np.load(stream_path))
     theirs = {k[len("author/"):]: v for k, v in author.items() if k.startswith("author/")}
     floor_chain = {k[len("reordered/"):]: v for k, v in author.items() if k.startswith("reordered/")}
+    for side in (theirs, floor_chain):  # each update's chances, as the author's side concatenated them
+        side["chance"] = np.split(side["chance"], np.cumsum(side["chance_sizes"])[:-1])
     chain = replace(chain, updates=min(args.updates, len(theirs["td"])))
     mine = tfrl_chain(args.task, stream, author, chain, args.plant)
     if os.environ.get("CHAIN_DEBUG"):  # which samples part, update by update
