@@ -107,6 +107,20 @@ class ActionBox:
         return (action - (self.high + self.low) / 2.0) / self.half_range
 
 
+class Counter(tf.train.experimental.PythonState):
+    """A Python int saved in TensorFlow checkpoints (read at save time, so never stale): a schedule's
+    clock advanced on the host every env step, where a tf.Variable would cost an op each time."""
+
+    def __init__(self):
+        self.value = 0
+
+    def serialize(self) -> str:
+        return str(self.value)
+
+    def deserialize(self, string_value) -> None:
+        self.value = int(string_value)
+
+
 CHECKPOINTED = (tf.Variable, keras.Model, keras.optimizers.Optimizer, tf.random.Generator,
                 tf.train.experimental.PythonState)
 

@@ -16,23 +16,10 @@ import tensorflow as tf
 
 from agents import checks, losses
 from agents.acting import Forward
-from agents.base import check_tau, copy_of
+from agents.base import Counter, check_tau, copy_of
 from agents.needs import Needs
 from agents.optimizers import adam
 from buffers.types import Batch, obs_shape_of
-
-
-class _Counter(tf.train.experimental.PythonState):
-    """A Python int saved in TensorFlow checkpoints (read at save time, so never stale)."""
-
-    def __init__(self):
-        self.value = 0
-
-    def serialize(self) -> str:
-        return str(self.value)
-
-    def deserialize(self, string_value) -> None:
-        self.value = int(string_value)
 
 
 class DQN:
@@ -73,7 +60,7 @@ class DQN:
         self.optimizer = adam(lr)
         self.optimizer.build(self.q.trainable_variables)
         self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
-        self.explore_steps = _Counter()  # env steps acted with exploration: the epsilon schedule's clock
+        self.explore_steps = Counter()  # env steps acted with exploration: the epsilon schedule's clock
         self.acting = Forward(self.q)
 
     # --- acting -------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Adam and AdamW as every reference implementation trains with them (PyTorch's), and in one kernel
-where that is faster; RMSprop as PyTorch's (SB3's A2C)."""
+where that is faster; RMSprop as PyTorch's (SB3's A2C); RAdam as PyTorch's (CleanRL's PQN)."""
 from __future__ import annotations
 
 import keras
@@ -50,7 +50,19 @@ class Adam(_OneKernelAdam, keras.optimizers.Adam):
 
 
 class AdamW(_OneKernelAdam, keras.optimizers.AdamW):
-    """Keras' decoupled weight decay (one pass over the variable before the step), then Adam's step."""
+    """Decoupled weight decay (one pass over the variable before the step), then Adam's step. The
+    decay is PyTorch's, w * (1 - lr * wd) with the factor rounded to the variable's float32, where
+    Keras subtracts w * wd * lr: the rounding is most of it at MR.Q's settings, where PyTorch's factor
+    is 1 exactly for its encoder (lr 1e-4, wd 1e-4: no decay at all) and 1 - 2^-24 for its value and
+    policy (twice the nominal 3e-8), and DR.Q's 1 - 3e-6 is 0.7% short (labs/log.md)."""
+
+    def _apply_weight_decay(self, variables):
+        if self.weight_decay is None:
+            return
+        lr = tf.cast(self.learning_rate, tf.float64)
+        for variable in variables:
+            if self._use_weight_decay(variable):
+                variable.assign(variable * tf.cast(1.0 - lr * self.weight_decay, variable.dtype))
 
 
 class RMSprop(keras.optimizers.RMSprop):
@@ -66,6 +78,32 @@ class RMSprop(keras.optimizers.RMSprop):
         self.assign(v, keras.ops.add(keras.ops.multiply(self.rho, v), keras.ops.multiply(1 - self.rho, keras.ops.square(gradient))))
         self.assign_sub(variable, keras.ops.divide(keras.ops.multiply(lr, gradient),
                                                    keras.ops.add(keras.ops.sqrt(v), self.epsilon)))
+
+
+class RAdam(keras.optimizers.Adam):
+    """Rectified Adam (Liu et al. 2020) by PyTorch's formula (torch.optim.RAdam, which CleanRL's PQN
+    trains with): Adam's moments; while the variance's approximate degrees of freedom rho_t are at
+    most 5 (the first 5 steps at beta_2 0.999) the step is the bias-corrected momentum alone, after
+    that Adam's step times the rectification sqrt((rho_t - 4)(rho_t - 2) rho_inf / ((rho_inf - 4)
+    (rho_inf - 2) rho_t)), epsilon added to sqrt(v) as PyTorch adds it."""
+
+    def update_step(self, gradient, variable, learning_rate):
+        dtype = variable.dtype
+        index = self._get_variable_index(variable)
+        m, v = self._momentums[index], self._velocities[index]
+        gradient = tf.cast(gradient, dtype)
+        self.assign_add(m, keras.ops.multiply(keras.ops.subtract(gradient, m), 1 - self.beta_1))
+        self.assign_add(v, keras.ops.multiply(keras.ops.subtract(keras.ops.square(gradient), v), 1 - self.beta_2))
+        t = tf.cast(self.iterations + 1, tf.float64)  # the schedule's scalars in float64, as PyTorch's are
+        beta_2 = tf.constant(self.beta_2, tf.float64)
+        correction_1 = 1 - tf.pow(tf.constant(self.beta_1, tf.float64), t)
+        correction_2 = 1 - tf.pow(beta_2, t)
+        rho_inf = 2 / (1 - beta_2) - 1
+        rho_t = rho_inf - 2 * t * tf.pow(beta_2, t) / correction_2
+        rect = tf.sqrt(tf.maximum((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t), 0.0))
+        momentum = m * tf.cast(tf.cast(learning_rate, tf.float64) / correction_1, dtype)
+        adaptive = tf.cast(tf.sqrt(correction_2) * rect, dtype) / (tf.sqrt(v) + self.epsilon)
+        self.assign_sub(variable, tf.where(rho_t > 5, momentum * adaptive, momentum))
 
 
 def adam(learning_rate: float, beta_1: float = 0.9) -> Adam:

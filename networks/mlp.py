@@ -11,7 +11,7 @@ from networks import precision
 from networks.batch_renorm import BatchRenorm, check_renorm
 from networks.sharding import Network
 
-INITS = ("torch", "keras")
+INITS = ("torch", "keras", "orthogonal")
 
 
 def weight_decay(coefficient: float):
@@ -31,9 +31,13 @@ def dense(units: int, fan_in: int, init: str, **kwargs) -> keras.layers.Dense:
     """A Dense layer of `units` on `fan_in` inputs, initialized as `init` says:
     - torch: PyTorch's nn.Linear default, kernel and bias U(+-1/sqrt(fan_in)); the reference
       implementations use it (sfujim/TD3, Stable-Baselines3's DQN/TD3, and Torch7's DQN).
-    - keras: Keras' default, Glorot-uniform kernel and zero bias."""
+    - keras: Keras' default, Glorot-uniform kernel and zero bias;
+    - orthogonal: an orthogonal kernel of gain sqrt(2) and zero bias, every layer (CleanRL's
+      `layer_init` default, which its PQN uses)."""
     if init not in INITS:
         raise ValueError(f"network.init must be one of {', '.join(INITS)}, got {init!r}")
+    if init == "orthogonal":
+        kwargs.update(kernel_initializer=keras.initializers.Orthogonal(gain=math.sqrt(2.0)), bias_initializer="zeros")
     if init == "torch":
         bound = 1.0 / math.sqrt(fan_in)
         kwargs.update(kernel_initializer=keras.initializers.RandomUniform(-bound, bound),
@@ -80,6 +84,7 @@ def mlp(
     renorm_momentum: float = 0.01,
     renorm_epsilon: float = 1e-3,
     renorm_warmup: int = 100_000,
+    layer_norm: bool = False,
 ) -> keras.Model:
     """A dense network `input_dim -> hidden... -> output_dim`, built (its weights exist on return).
 
@@ -90,8 +95,11 @@ def mlp(
     `actor_hidden`, when given, are the hidden sizes of a network named actor* (SB3's separate
     `net_arch` for pi and qf). `batch_renorm` puts a Batch Renormalization layer before every Dense
     layer, the input's included (CrossQ's networks, as sb3-contrib builds them), with the
-    `renorm_*` settings (`networks.batch_renorm`).
+    `renorm_*` settings (`networks.batch_renorm`). `layer_norm` puts a LayerNorm (PyTorch's epsilon
+    1e-5) between every hidden Dense layer and its activation (PQN's network, CleanRL's pqn.py).
     """
+    if not isinstance(layer_norm, bool):
+        raise ValueError(f"network.layer_norm must be true or false, got {layer_norm!r}")
     if actor_hidden is not None and name.startswith("actor"):
         hidden = actor_hidden
     if any(int(h) < 1 for h in hidden):
@@ -110,8 +118,11 @@ def mlp(
 
     x, fan_in = inputs, int(input_dim)
     for i, units in enumerate(hidden):
-        x = dense(units, fan_in, init, activation=activation, kernel_regularizer=regularizer,
+        x = dense(units, fan_in, init, activation=None if layer_norm else activation, kernel_regularizer=regularizer,
                   name=f"{name}_h{i}")(renorm(x, i))
+        if layer_norm:
+            x = keras.layers.LayerNormalization(epsilon=1e-5, name=f"{name}_ln{i}")(x)
+            x = keras.layers.Activation(activation, name=f"{name}_act{i}")(x)
         fan_in = int(units)
     outputs = dense(
         output_dim, fan_in, init, activation=output_activation, kernel_regularizer=regularizer, name=f"{name}_out"

@@ -36,7 +36,7 @@ class AgentEntry:
     fused: tuple[str, ...] = ("graph",)  # modes in which K updates in one call equal K calls
     xla_settings: dict = dataclasses.field(default_factory=dict)  # what makes XLA comparable with graph mode
     speeds: tuple[str, ...] = ("plain", "shards_bf16")  # the speed settings its update is built with on a GPU
-    rollouts: bool = False  # learns from its own rollouts (training/rollout.py) with network=ppo, not from replay
+    rollouts: bool = False  # learns from its own rollouts (training/rollout.py), not from replay
 
     @property
     def updates(self) -> bool:
@@ -135,6 +135,13 @@ def _ppo(rng, **kw):
                **{"n_steps": 8, "num_minibatches": 2, "update_epochs": 2, **kw})
 
 
+def _pqn(rng, **kw):
+    from agents.pqn import PQN
+
+    return PQN((OBS,), net(layer_norm=True, init="orthogonal"), rng, num_actions=NUM_ACTIONS, total_steps=1000,
+               **{"n_steps": 8, "num_minibatches": 2, "update_epochs": 2, **kw})
+
+
 # The golden runs' shared overrides (tests/test_golden.py adds its COMMON): 200 updates each
 OFF_POLICY = ["total_steps=300", "learning_starts=100", "eval_every=300", "batch_size=32", "network.hidden=[32,32]"]
 # conf/tuned/dqn_cartpole.yaml applies: its update cadence (0.5 per step, every 256 steps) set back to one per step
@@ -196,6 +203,12 @@ AGENTS: dict[str, AgentEntry] = {e.name: e for e in [
                {"ppo_sb3": ["agent=ppo_sb3", "env=pendulum", "total_steps=512", "num_envs=2", "agent.n_steps=64",
                             "agent.num_minibatches=4", "agent.update_epochs=2", "eval_every=512", "network.hidden=[32,32]",
                             "network.ortho_init=false", "agent.log_std_init=-2.0"]},
+               discrete=True, rollouts=True),
+    # PQN: Q(lambda) on the same rollouts (its update is tests/test_pqn.py's); its golden run: 4 rollouts of 64
+    # steps x 2 envs, each 2 epochs of 4 minibatches, epsilon falling over the first 256 steps
+    AgentEntry("pqn", _pqn, None,
+               {"pqn": ["agent=pqn", "env=cartpole", "total_steps=512", "num_envs=2", "agent.n_steps=64",
+                        "agent.num_minibatches=4", "agent.update_epochs=2", "eval_every=512", "network.hidden=[32,32]"]},
                discrete=True, rollouts=True),
     AgentEntry("ga", _ga, None,
                {"ga": ["agent=ga", "env=cartpole", "agent.population=8", "network.hidden=[8]", "total_steps=1500",

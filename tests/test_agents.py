@@ -248,6 +248,23 @@ def test_adam_steps_each_variable_in_one_kernel_by_adams_formula(weight_decay):
     assert int(opt.iterations.numpy()) == 4
 
 
+@pytest.mark.parametrize("lr,weight_decay,factor", [(1e-4, 1e-4, 1.0), (3e-4, 1e-4, 1 - 2.0 ** -24),
+                                                    (3e-4, 0.01, np.float32(1 - 3e-6))])
+def test_adamw_decays_by_pytorchs_factor_rounded_to_float32(lr, weight_decay, factor):
+    """torch.optim.AdamW multiplies a float32 weight by 1 - lr * wd rounded to float32: 1 exactly at
+    MR.Q's encoder settings (no decay), 1 - 2^-24 at its value's and policy's (twice the nominal),
+    and DR.Q's 0.7% short. With a zero gradient Adam's step is 0, so one step is the decay alone
+    (torch 2.13 gives these factors; Keras' w - w * wd * lr would move every weight here)."""
+    from agents.optimizers import adamw
+
+    w0 = np.random.default_rng(0).normal(size=64).astype(np.float32)
+    variable = tf.Variable(w0)
+    opt = adamw(lr, weight_decay, [variable])
+    opt.apply_gradients([(tf.zeros(64), variable)])
+    np.testing.assert_array_equal(variable.numpy(), w0 * np.float32(factor))
+    assert factor == 1.0 or (variable.numpy() != w0).any()
+
+
 def test_keras_on_another_backend_is_refused_with_the_fix():
     from agents.base import check_keras_backend
 

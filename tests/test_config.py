@@ -24,6 +24,11 @@ def options(group):
 
 def valid_combinations():
     for agent, network, buffer, env in itertools.product(options("agent"), options("network"), options("buffer"), options("env")):
+        if agent == "pqn" or network == "pqn":  # Q-networks on rollouts; network=pqn is mlp with LayerNorm (and DQN's)
+            q_networks = {"minatar": {"minatar_cnn"}, "atari": set()}.get(env, {"pqn", "mlp", "dueling_mlp"})
+            if agent in ("pqn", "dqn") and buffer == "uniform" and env in DISCRETE_ENVS and network in q_networks:
+                yield agent, network, buffer, env
+            continue
         if AGENTS[agent].rollouts or network == "ppo":  # PPO's networks (an MLP, or a CNN on images), no replay
             if AGENTS[agent].rollouts and network == "ppo" and buffer == "uniform":
                 yield agent, network, buffer, env

@@ -32,5 +32,5 @@ def test_keras_init_is_glorot_with_zero_bias():
 
 
 def test_unknown_init_names_the_choices():
-    with pytest.raises(ValueError, match="network.init must be one of torch, keras, got 'xavier'"):
+    with pytest.raises(ValueError, match="network.init must be one of torch, keras, orthogonal, got 'xavier'"):
         mlp(4, 2, init="xavier")

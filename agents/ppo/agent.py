@@ -186,5 +186,8 @@ class PPO:
                 "clip_fraction": clip_sum / tf.cast(epochs * self.minibatches, tf.float32), "epochs": epochs,
                 "learning_rate": tf.identity(lr)}
 
+    def host_metrics(self) -> dict[str, float]:
+        return {}
+
     def trackables(self) -> dict:
         return tracked(self)

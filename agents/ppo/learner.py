@@ -34,7 +34,7 @@ class CompiledRollout:
         floats = (np.asarray(rollout[k], np.float32) for k in ("log_prob", "advantages", "returns", "value"))
         out = self._update(np.asarray(rollout["obs"], a.obs_dtype), action, *floats, np.float32(progress))
         a.refresh()
-        return {k: float(v) for k, v in out.items()}
+        return {**{k: float(v) for k, v in out.items()}, **a.host_metrics()}
 
     def step(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The observations as the policy sees them (their statistics updated first), and its

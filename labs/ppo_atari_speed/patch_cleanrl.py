@@ -1,4 +1,4 @@
-"""Make a scratch copy of CleanRL's ppo_atari.py (or, given as a third argument, ppo_continuous_action.py)
+"""Make a scratch copy of CleanRL's ppo_atari.py (or, given as a third argument, ppo_continuous_action.py or pqn.py)
 that runs in SB3's venv (benchmarks/setup_sb3.sh, with tyro added) and prints its rate, for
 benchmarks/compare_ppo.py --cleanrl. The edits only adapt it: its TensorBoard writer becomes a CSV writer
 (tensorboard is not in that venv); for Atari the ALE's envs are registered and the two wrappers
@@ -8,6 +8,7 @@ seconds} (collect + update). The algorithm is untouched.
 
     python labs/ppo_atari_speed/patch_cleanrl.py /path/to/cleanrl /tmp/cleanrl_atari
     python labs/ppo_atari_speed/patch_cleanrl.py /path/to/cleanrl /tmp/cleanrl_mujoco ppo_continuous_action.py
+    python labs/ppo_atari_speed/patch_cleanrl.py /path/to/cleanrl /tmp/cleanrl_pqn pqn.py
     benchmarks/.venv-sb3/bin/pip install tyro
 """
 from __future__ import annotations
@@ -61,6 +62,7 @@ EDITS = {
         ("gym.wrappers.TransformObservation(env, lambda obs: np.clip(obs, -10, 10))",
          "gym.wrappers.TransformObservation(env, lambda obs: np.clip(obs, -10, 10), env.observation_space)"),
         *TIMING],
+    "pqn.py": [("from torch.utils.tensorboard import SummaryWriter\n", WRITER), *TIMING],
 }
 
 
