@@ -293,12 +293,14 @@ def author_rows(ended: np.ndarray) -> np.ndarray:
 
 
 class AuthorConventions:
-    """The two departures adapted on tfrl's buffer (the module docstring): the author's n-step sum
-    and reward scale, computed from tfrl's own stored rows and the stream's episode ends."""
+    """The departures adapted on tfrl's buffer (the module docstring): MR.Q's author's n-step sum
+    and reward scale, computed from tfrl's own stored rows and the stream's episode ends; for DR.Q,
+    the encoder's runs past a termination."""
 
     def __init__(self, buffer, stream: dict):
         self.buffer, self.ended = buffer, stream["terminated"] | stream["truncated"]
         self.terminated, self.reward, self.next_obs = stream["terminated"], stream["reward"], stream["next_obs"]
+        self.obs, self.action, self.rows = stream["obs"], stream["action"], author_rows(self.ended)
 
     def n_step_return(self, idx: np.ndarray):
         """(reward * not_done * gammas).sum() over the author's Q_horizon rows from each start, its
@@ -317,6 +319,35 @@ class AuthorConventions:
                     last[i], final, r = r, bool(self.ended[r]), r + 1
                 scale *= GAMMA
         return (reward.astype(np.float32), self.next_obs[last], (discount * GAMMA ** Q_HORIZON).astype(np.float32))
+
+    def runs(self, idx: np.ndarray, horizon: int):
+        """The encoder's runs as the author's buffer holds them (DR.Q: its InfoNCE term, masked by the
+        batch's share of live samples rather than per sample, sees a run's steps after a termination,
+        which MR.Q's losses never do): after a terminal transition comes the author's final-observation
+        row (the final state, a zero action, reward 0, terminated, and as its next state row 0's, which
+        its buffer never writes), then the next episode. tfrl's runs go on into the next episode."""
+        from buffers.types import Sequences
+
+        rows = self.rows
+        where = np.flatnonzero(rows >= 0)  # tfrl row j is the author's row where[j]
+
+        def state(r):  # the author's state of row r (the final row's as the chain mends it)
+            return self.obs[rows[r]] if rows[r] >= 0 else self.next_obs[rows[r - 1]]
+
+        out = {k: [] for k in ("action", "reward", "next_obs", "terminated")}
+        for start in where[idx]:
+            for k in range(horizon):
+                r, last = start + k, k == horizon - 1
+                j = rows[r]
+                out["action"].append(self.action[j] if j >= 0 else np.zeros_like(self.action[0]))
+                out["reward"].append(self.reward[j] if j >= 0 else 0.0)
+                out["terminated"].append(float(self.terminated[j]) if j >= 0 else 1.0)
+                out["next_obs"].append((self.next_obs[j] if j >= 0 else self.obs[0]) if last else state(r + 1))
+        b = len(idx)
+        return Sequences(self.obs[idx], np.float32(out["action"]).reshape(b, horizon, -1),
+                         np.float32(out["reward"]).reshape(b, horizon),
+                         np.float32(out["next_obs"]).reshape(b, horizon, *self.obs.shape[1:]),
+                         np.float32(out["terminated"]).reshape(b, horizon))
 
     def mean_abs_reward(self, eps: float = 1e-8) -> float:
         n = len(self.buffer)  # the author's size: its rows and the final-observation rows before the newest add
@@ -376,6 +407,8 @@ def tfrl_chain(task: str, stream: dict, author: dict, chain: Chain, plant: str |
     conventions = AuthorConventions(buffer, stream)
     if chain.author == "mrq":  # DR.Q's return is the usual one, and its reward scale unused
         buffer._n_step_return, buffer.mean_abs_reward = conventions.n_step_return, conventions.mean_abs_reward
+    else:  # what DR.Q's InfoNCE sees after a termination (docs/algorithms.md, DR.Q)
+        buffer._sequences = conventions.runs
     if plant == "stale_scale":
         first = []
         buffer.mean_abs_reward = lambda eps=1e-8: (first or first.append(conventions.mean_abs_reward()) or first)[0]
