@@ -10,17 +10,6 @@ def scale_action(squashed: tf.Tensor, low: tf.Tensor, high: tf.Tensor) -> tf.Ten
     return low + (squashed + 1.0) * 0.5 * (high - low)
 
 
-@tf.custom_gradient
-def torch_tanh(x: tf.Tensor):
-    """tanh as PyTorch computes it in float32: correctly rounded (through float64), its gradient
-    (1 - y^2) of that rounded y. TensorFlow's float32 tanh is Eigen's approximation, exactly +-1 beyond
-    |x| of about 7.9, where PyTorch's y still differs from 1 and passes gradients of 1e-7 to 5e-7: a
-    policy whose pre-activations saturate (DR.Q's, without MR.Q's penalty on them) stops there in
-    TensorFlow and keeps moving in PyTorch, Adam scaling those gradients up to full steps."""
-    y = tf.cast(tf.tanh(tf.cast(x, tf.float64)), x.dtype)
-    return y, lambda upstream: upstream * (1.0 - y * y)
-
-
 def td_target(reward: tf.Tensor, discount: tf.Tensor, next_value: tf.Tensor) -> tf.Tensor:
     """One-step (or n-step, via discount = gamma**n * (1 - terminated)) bootstrapped target."""
     return tf.stop_gradient(reward + discount * next_value)

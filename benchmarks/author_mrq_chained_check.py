@@ -300,7 +300,7 @@ class AuthorConventions:
     def __init__(self, buffer, stream: dict):
         self.buffer, self.ended = buffer, stream["terminated"] | stream["truncated"]
         self.terminated, self.reward, self.next_obs = stream["terminated"], stream["reward"], stream["next_obs"]
-        self.obs, self.action, self.rows = stream["obs"], stream["action"], author_rows(self.ended)
+        self.obs, self.action, self.rows = stream.get("obs"), stream.get("action"), author_rows(self.ended)
 
     def n_step_return(self, idx: np.ndarray):
         """(reward * not_done * gammas).sum() over the author's Q_horizon rows from each start, its

@@ -481,6 +481,15 @@ def test_the_mrq_chained_checks_author_conventions_by_hand():
                                rtol=1e-6)
     np.testing.assert_allclose(discount, [0.0, 0.0, GAMMA ** 3, 0.0], rtol=1e-6)
     assert next_obs[2, 0] == 4.5
+    # DR.Q's runs past the termination, as the author's rows hold them: the final-observation row
+    # (its final state 1.5, a zero action, reward 0, terminated, row 0's state as the next), then row 2
+    stream = {**stream, "obs": np.arange(5, dtype=np.float32)[:, None], "action": np.arange(5, dtype=np.float32)[:, None] + 10}
+    runs = AuthorConventions(buf, stream).runs(np.array([0, 1]), 3)
+    np.testing.assert_array_equal(runs.obs[:, 0], [0.0, 1.0])
+    np.testing.assert_array_equal(runs.action[..., 0], [[10, 11, 0], [11, 0, 12]])
+    np.testing.assert_array_equal(runs.reward, [[1, 2, 0], [2, 0, 3]])
+    np.testing.assert_array_equal(runs.terminated, [[0, 1, 1], [1, 1, 0]])
+    np.testing.assert_array_equal(runs.next_obs[..., 0], [[1.0, 1.5, 0.0], [1.5, 2.0, 2.5]])
 
 
 def test_published_reads_an_authors_task_and_sets_runs_beside_its_seeds(tmp_path):

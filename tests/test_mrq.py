@@ -137,9 +137,9 @@ def runs_batch(rng, agent, scale, n=16):
 
 
 def adamw_first_step(w, g, lr=1e-4, wd=1e-4, eps=1e-8):
-    """AdamW's first step (PyTorch's, as agents.base's) from weights w with gradient g: the decay,
-    then Adam's step, lr * g / (|g| + eps) whatever the betas."""
-    w = w - lr * wd * w
+    """AdamW's first step (PyTorch's, as agents.base's) from float32 weights w with gradient g: the
+    decay, w times 1 - lr * wd rounded to float32, then Adam's step, lr * g / (|g| + eps) whatever the betas."""
+    w = np.float32(w) * np.float32(1 - lr * wd)
     return w - lr * g / (np.abs(g) + eps)
 
 

@@ -146,7 +146,7 @@ class MRQ:
         if self.discrete:
             uniform = self._tf_rng.uniform(tf.shape(pre_activation), minval=1e-20, maxval=1.0)
             return losses.gumbel_softmax(pre_activation, uniform, self.settings.gumbel_tau)
-        return shared.torch_tanh(pre_activation)
+        return tf.tanh(pre_activation)
 
     def value_target_of(self, batch) -> tf.Tensor:
         next_zs = self.encoder_target.zs(batch.next_obs)
