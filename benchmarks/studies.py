@@ -217,8 +217,10 @@ def list_studies() -> int:
 
 def aggregate_study(study: str, extra: list[str]) -> int:
     runs = os.path.join(LEARNING, study, "runs")
-    return subprocess.call([sys.executable, "aggregate.py", runs, "--by", "implementation=tfrl",
-                            "--out", os.path.join(LEARNING, study), *extra], cwd=ROOT)
+    # Only a study with more than one implementation has runs that carry the key.
+    by = ["--by", "implementation=tfrl"] if len({run.implementation for run in STUDIES[study][1]}) > 1 else []
+    return subprocess.call([sys.executable, "aggregate.py", runs, *by, "--out", os.path.join(LEARNING, study),
+                            *extra], cwd=ROOT)
 
 
 def main(argv: list[str] | None = None) -> int:
