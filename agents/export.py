@@ -50,15 +50,6 @@ def export_policy(agent: Agent, directory: str, obs_norm: RunningNormalizer | No
     return directory
 
 
-def _expm1_as_exp_minus_one(ctx, node, name, args) -> None:
-    """ONNX has no expm1 (the ELU of networks/activations.py): exp(x) - 1, TensorFlow's own ELU, which the
-    export's check of 1e-5 against the SavedModel holds to."""
-    node.type = "Exp"
-    one = ctx.make_const(f"{node.name}_one", np.ones((), np.float32))
-    ctx.insert_new_node_on_output("Sub", node.output[0], name=f"{node.name}_minus_one",
-                                  inputs=[node.output[0], one.output[0]])
-
-
 def export_onnx(saved_model: str, path: str, observations: np.ndarray) -> dict:
     """The SavedModel's `serving_default` (`export_policy`) as an ONNX model at `path`, input `obs`
     and output `action` as there, its variables frozen into constants (tf2onnx), and checked with
@@ -81,8 +72,7 @@ def export_onnx(saved_model: str, path: str, observations: np.ndarray) -> dict:
     try:
         model, _ = tf2onnx.convert.from_graph_def(
             frozen.graph.as_graph_def(), input_names=[t.name for t in frozen.inputs],
-            output_names=[t.name for t in frozen.outputs], opset=ONNX_OPSET,
-            custom_op_handlers={"Expm1": (_expm1_as_exp_minus_one, [])})
+            output_names=[t.name for t in frozen.outputs], opset=ONNX_OPSET)
     except Exception as err:  # the converter's own errors name the op it cannot express
         raise ExportError(f"tf2onnx {tf2onnx.__version__} cannot convert this policy to ONNX (opset {ONNX_OPSET}): "
                           f"{str(err).strip() or type(err).__name__}. The SavedModel at {saved_model} is written and "

@@ -29,9 +29,7 @@ _ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 
 def _activation(layer: keras.layers.Dense) -> Callable[[np.ndarray], np.ndarray] | None:
     name = keras.activations.serialize(layer.activation)
-    if isinstance(name, dict):  # a Keras activation object's config, or a function's (its name as the config)
-        config = name.get("config", {})
-        name = config if isinstance(config, str) else config.get("name", name.get("class_name"))
+    name = name if isinstance(name, str) else name.get("config", {}).get("name", name.get("class_name"))
     return _ACTIVATIONS.get(name)
 
 

@@ -18,7 +18,6 @@ from typing import NamedTuple
 import keras
 import tensorflow as tf
 
-from networks import activations
 from networks.cnn import Conv2D, image_shape
 from networks.mlp import Dense, check_width
 
@@ -45,7 +44,7 @@ def _norm(name: str) -> keras.layers.LayerNormalization:
 
 
 def _ln_act(x, activation: str, name: str):
-    return keras.layers.Activation(activations.get(activation), name=f"{name}_act")(_norm(f"{name}_ln")(x))
+    return keras.layers.Activation(activation, name=f"{name}_act")(_norm(f"{name}_ln")(x))
 
 
 def _mlp(x, output_dim: int, hidden: int, activation: str, name: str):
@@ -136,7 +135,7 @@ class MRQNetworks:
             obs = keras.Input((h, w, c), dtype="uint8", name=f"{name}_obs")
             x = keras.layers.Rescaling(1.0 / 255.0, offset=-0.5, name=f"{name}_scale")(obs)
             for i, (filters, stride) in enumerate(CONVS):
-                x = Conv2D(filters, 3, stride, activation=activations.get(act), name=f"{name}_conv{i + 1}", **_init())(x)
+                x = Conv2D(filters, 3, stride, activation=act, name=f"{name}_conv{i + 1}", **_init())(x)
             x = keras.layers.Flatten(name=f"{name}_flat")(x)
             x = Dense(self.zs_dim, name=f"{name}_out", **_init())(x)
         return keras.Model(obs, _ln_act(x, act, f"{name}_zs"), name=name)
@@ -144,7 +143,7 @@ class MRQNetworks:
     def state_action_encoder(self, action_dim: int, name: str) -> keras.Model:
         zs = keras.Input((self.zs_dim,), name=f"{name}_zs")
         action = keras.Input((action_dim,), name=f"{name}_action")
-        za = Dense(self.za_dim, activation=activations.get(self.encoder_activation), name=f"{name}_za", **_init())(action)
+        za = Dense(self.za_dim, activation=self.encoder_activation, name=f"{name}_za", **_init())(action)
         x = keras.layers.Concatenate(name=f"{name}_cat")([zs, za])
         return keras.Model([zs, action], _mlp(x, self.zsa_dim, self.encoder_hidden, self.encoder_activation, name),
                            name=name)
