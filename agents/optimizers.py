@@ -59,10 +59,10 @@ class AdamW(_OneKernelAdam, keras.optimizers.AdamW):
     def _apply_weight_decay(self, variables):
         if self.weight_decay is None:
             return
-        lr = tf.cast(self.learning_rate, tf.float64)
+        factor = 1.0 - tf.cast(self.learning_rate, tf.float64) * self.weight_decay  # once, in float64 as PyTorch's
         for variable in variables:
             if self._use_weight_decay(variable):
-                variable.assign(variable * tf.cast(1.0 - lr * self.weight_decay, variable.dtype))
+                variable.assign(variable * tf.cast(factor, variable.dtype))
 
 
 class RMSprop(keras.optimizers.RMSprop):
